@@ -1,0 +1,3 @@
+from cotcredit.cli import main
+
+main()

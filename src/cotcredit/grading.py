@@ -1,0 +1,353 @@
+"""Extracting and checking final answers.
+
+A completion's final answer is the content of its last ``\\boxed{...}`` (or ``\\fbox{...}``),
+else its last final-answer statement ("The final answer is 7.", "**Answer:** 7"), else none.
+Grading compares that answer with the reference by mathematical equivalence using math-verify
+(``1/2``, ``\\frac{1}{2}`` and ``0.5`` are one answer), with an exact string/number comparison
+in front of it as a fast path and behind it as the fallback when math-verify fails.
+
+Thread safety: math-verify bounds its work with ``signal.alarm``, which works only in the main
+thread (elsewhere it raises ValueError). :func:`grade` passes a timeout only there; in other
+threads it passes ``None`` (no timeout). To stay bounded without one, math-verify is not handed
+answers that are known to stall it: over 1000 characters, ``(``/``[`` nested deeper than 12 (its
+ANTLR LaTeX parser slows sharply with nesting: ~1 s at depth 12, ~7 s at 30), or expressions whose
+evaluation is astronomically large (power towers like ``10^{10^{10}}``, huge factorials), which
+hang sympy for minutes even in the main thread, since they block inside C big-integer code where
+no signal handler runs. Such answers are graded by string comparison only.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import re
+import threading
+from dataclasses import dataclass
+from fractions import Fraction
+
+__all__ = ["GradeResult", "extract_answer", "grade", "grade_completion"]
+
+logger = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------------------
+# Extraction
+# ---------------------------------------------------------------------------------------------
+
+_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+# What a model writes when it echoes the instruction "give the answer as \boxed{...}".
+_PLACEHOLDERS = frozenset({"", "...", "…", "\\ldots", "\\dots", "\\cdots", "answer"})
+# "final answer is", "The answer is", "Answer:", "**Answer:**", "**Final Answer**:" ...
+_STATEMENT = re.compile(r"\b(?:final\s+)?answer\b(?:\s*\*\*)?\s*(?:\bis\b\s*:?|:)", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"\.\s")
+_NUMBER = re.compile(r"(?<![\d.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+
+
+def _boxed_contents(text: str) -> list[str]:
+    """The contents of every complete ``\\boxed{...}``/``\\fbox{...}``, in order of appearance.
+
+    Braces are matched with nesting; escaped braces (``\\{``, ``\\}``) do not count. A box that
+    is never closed (a truncated completion) is skipped.
+    """
+    found = []
+    for match in _BOX_OPEN.finditer(text):
+        depth, i = 1, match.end()
+        while i < len(text):
+            char = text[i]
+            if char == "\\":
+                i += 2
+                continue
+            if char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+                if depth == 0:
+                    found.append(text[match.end() : i])
+                    break
+            i += 1
+    return found
+
+
+def _strip_dollars(s: str) -> str:
+    """Remove ``$`` delimiters at the ends when no ``$`` remains inside (``$$7$$``, ``$5``)."""
+    inner = s.strip("$")
+    return inner if "$" not in inner.replace("\\$", "") else s
+
+
+def _clean(s: str) -> str:
+    """Strip what surrounds an answer: spaces, bold, ``$``/``\\(`` delimiters, a final period."""
+    previous = None
+    while s != previous:
+        previous = s
+        s = s.strip()
+        s = s.removeprefix("**").removesuffix("**").strip()
+        s = s.removesuffix(".").strip()
+        s = _strip_dollars(s)
+        s = s.removeprefix("\\$")  # currency: "\$5"
+        for left, right in (("\\(", "\\)"), ("\\[", "\\]")):
+            if s.startswith(left) and s.endswith(right):
+                s = s[len(left) : -len(right)]
+    return s
+
+
+def _is_placeholder(s: str) -> bool:
+    return s.strip().lower() in _PLACEHOLDERS
+
+
+def _statement_answer(text: str) -> str | None:
+    """The answer of the last final-answer statement that states one."""
+    for match in reversed(list(_STATEMENT.finditer(text))):
+        rest = text[match.end() :]
+        line, _, after = rest.partition("\n")
+        if not line.strip(" \t*$:"):  # "Answer:\n\n$$7$$" -> the next non-empty line
+            line = next((ln for ln in after.split("\n") if ln.strip()), "")
+        cut = _SENTENCE_END.search(line)
+        if cut:
+            line = line[: cut.start()]
+        answer = _clean(line)
+        if answer and not _is_placeholder(answer):
+            return answer
+    return None
+
+
+def extract_answer(text: str, fallback_last_number: bool = False) -> str | None:
+    """The final answer stated in a model's completion, or None when it states none.
+
+    Priority: the content of the last complete ``\\boxed{...}`` or ``\\fbox{...}`` (nested braces
+    allowed; empty boxes and echoed placeholders like ``\\boxed{...}`` are skipped); else the
+    last final-answer statement ("The final answer is X", "The answer is X", "Answer: X",
+    "**Answer:** X"), cut at the end of its sentence, with bold markers, ``$`` delimiters and a
+    trailing period stripped; else, only if ``fallback_last_number`` is true, the last number in
+    the text (thousands separators removed). Never raises; non-string input gives None.
+
+    >>> extract_answer("So 3 + 4 = 7. The final answer is $\\\\boxed{7}$.")
+    '7'
+    >>> extract_answer("**Answer:** 12 dollars.")
+    '12 dollars'
+    >>> extract_answer("3 + 4 = 7") is None
+    True
+    """
+    if not isinstance(text, str) or not text:
+        return None
+    for content in reversed(_boxed_contents(text)):
+        content = content.strip()
+        if not _is_placeholder(content):
+            return content
+    answer = _statement_answer(text)
+    if answer is not None:
+        return answer
+    if fallback_last_number:
+        numbers = _NUMBER.findall(text)
+        if numbers:
+            return numbers[-1].replace(",", "")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Grading
+# ---------------------------------------------------------------------------------------------
+
+_DECIMAL_OR_RATIO = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:/\d+)?")
+_THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_WORDS = re.compile(r"[a-z][a-z '\-]*[a-z]")
+_MATH_WORDS = frozenset({"pi", "inf", "infty", "infinity", "sqrt"})
+_TEXT_MACRO = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+_NUMBER_THEN_WORDS = re.compile(r"([-+]?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?\s*(?:\\?%)?)\s+(.+)")
+_UNIT_WORD = re.compile(r"[A-Za-z]{2,}\.?")
+# Limits past which an expression is not handed to sympy (see the module docstring).
+_MAX_MATH_CHARS = 1000
+_MAX_BRACKET_DEPTH = 12  # latex2sympy's ANTLR parser slows down sharply with nested ( and [
+_MAX_EXPONENT = 10**6
+_MAX_FACTORIAL = 10**4
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """The outcome of grading one completion: the extracted answer (None: none stated)."""
+
+    answer: str | None
+    correct: bool
+
+
+def _plain(s: str) -> str:
+    """Normalised string form: no whitespace, ``$``, ``\\!``, ``{,}`` or trailing period."""
+    s = re.sub(r"\s+|\$|\\!|\\[,;: ]", "", s).replace("{,}", ",")
+    return s.rstrip(".")
+
+
+def _as_fraction(s: str) -> Fraction | None:
+    if _THOUSANDS.fullmatch(s):
+        s = s.replace(",", "")
+    if not _DECIMAL_OR_RATIO.fullmatch(s):  # no exponents: Fraction("1e999999999") is huge
+        return None
+    try:
+        return Fraction(s)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+
+
+def _plain_equal(predicted: str, reference: str) -> bool:
+    """Equal as normalised strings, or exactly equal as numbers (``3.0`` = ``3``, ``0.5`` = ``1/2``)."""
+    a, b = _plain(predicted), _plain(reference)
+    if not a or not b:
+        return False
+    if a == b:
+        return True
+    fa, fb = _as_fraction(a), _as_fraction(b)
+    return fa is not None and fb is not None and fa == fb
+
+
+def _words(s: str) -> str | None:
+    """``s`` as lower-case words when it is a word answer ("banana", "\\text{Yes}"), else None."""
+    s = _TEXT_MACRO.sub(r"\1", _clean(s)).strip().lower()
+    s = re.sub(r"^(?:the|a|an)\s+", "", s)
+    s = re.sub(r"\s+", " ", s)
+    if _WORDS.fullmatch(s) and s not in _MATH_WORDS:
+        return s
+    return None
+
+
+def _as_math(s: str) -> str:
+    """A string math-verify's LaTeX extraction will find: bare answers are wrapped in ``$...$``.
+
+    A number followed by plain unit words loses the words ("12 dollars" -> "12"), since
+    math-verify would read ``12 dollars`` as the product ``12*d*o*l*l*a*r*s``.
+    """
+    s = _clean(s)
+    if "$" in s.replace("\\$", "") or "\\boxed" in s or "\\fbox" in s:
+        return s  # text with its own math delimiters: let math-verify find the math
+    match = _NUMBER_THEN_WORDS.fullmatch(s)
+    if match:
+        words = match.group(2).split()
+        if all(_UNIT_WORD.fullmatch(w) and w.lower().rstrip(".") not in _MATH_WORDS for w in words):
+            s = match.group(1)
+    return f"${s}$"
+
+
+def _is_tame(expr: object) -> bool:
+    """False for expressions whose evaluation would be astronomically large (sympy hangs).
+
+    Walks the tree bottom-up, so an exponent or factorial argument is known to be tame before it
+    is evaluated to a float and bounded.
+    """
+    import sympy
+
+    if not isinstance(expr, sympy.Basic):
+        return True
+    growth = (sympy.factorial, sympy.factorial2, sympy.subfactorial, sympy.gamma)
+    try:
+        for node in sympy.postorder_traversal(expr):
+            if isinstance(node, sympy.Pow):
+                arg, bound = node.exp, _MAX_EXPONENT
+            elif isinstance(node, sympy.exp):
+                arg, bound = node.args[0], _MAX_EXPONENT
+            elif isinstance(node, growth):
+                arg, bound = node.args[0], _MAX_FACTORIAL
+            else:
+                continue
+            if arg.is_number and bool(abs(arg.evalf(15)) > bound):
+                return False
+    except Exception:  # NaN/zoo comparisons and the like: do not risk sympy on it
+        return False
+    return True
+
+
+def _bracket_depth(s: str) -> int:
+    """The deepest nesting of ``(`` and ``[`` in ``s`` (unbalanced openers count too)."""
+    depth = deepest = 0
+    for char in s:
+        if char in "([":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in ")]" and depth:
+            depth -= 1
+    return deepest
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_math(math_text: str, timeout: int | None) -> tuple[object, ...]:
+    """math-verify's parse of ``math_text`` as a tuple; empty when unparseable or unsafe.
+
+    Cached: Monte Carlo rollouts grade thousands of completions against one reference, and their
+    extracted answers repeat. Parsed sympy objects are immutable, so sharing them is safe.
+    """
+    from math_verify import parse
+
+    if len(math_text) > _MAX_MATH_CHARS or _bracket_depth(math_text) > _MAX_BRACKET_DEPTH:
+        return ()
+    parsed = parse(math_text, parsing_timeout=timeout)
+    if not all(_is_tame(p) for p in parsed):
+        return ()
+    return tuple(parsed)
+
+
+def _timeout_arg(timeout_s: float | None) -> int | None:
+    """The timeout to give math-verify here: whole seconds in the main thread, else None.
+
+    math-verify's timeout is ``signal.alarm``, which takes whole seconds (a float makes it raise
+    TypeError, which ``parse`` swallows and returns ``[]``) and works only in the main thread
+    (elsewhere it raises ValueError).
+    """
+    if timeout_s is None or timeout_s <= 0 or os.name != "posix":
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return max(1, math.ceil(timeout_s))
+
+
+def grade(predicted: str | None, reference: str, *, timeout_s: float = 5) -> bool:
+    """Whether ``predicted`` is mathematically equivalent to ``reference``.
+
+    Bare strings are accepted on both sides (``"12"``, ``"3/4"``, ``"\\frac{3}{4}"``, ``"0.75"``,
+    ``"50\\%"``, ``"$x+1$"``, ``"\\boxed{7}"``). Equal normalised strings or exactly equal numbers
+    are right at once; word answers ("banana") are compared as lower-case words; everything else
+    goes through math-verify (``parse`` on both sides, ``verify`` with the reference as gold).
+    ``timeout_s`` bounds each math-verify step in the main thread (rounded up to whole seconds);
+    other threads run without a timeout (see the module docstring). Never raises: ``None`` or an
+    empty answer is wrong, and any error inside math-verify counts as "not equivalent" beyond the
+    string/number comparison.
+    """
+    if not isinstance(predicted, str) or reference is None:
+        return False
+    reference = str(reference)  # tolerate a bare int/float from JSON
+    try:
+        if _plain_equal(predicted, reference):
+            return True
+        ref_words = _words(reference)
+        if ref_words is not None:
+            return _words(predicted) == ref_words
+        from math_verify import verify
+        from math_verify.errors import TimeoutException
+    except Exception:
+        logger.debug("grading failed before math-verify", exc_info=True)
+        return False
+
+    timeout = _timeout_arg(timeout_s)
+    try:
+        gold = _parse_math(_as_math(reference), timeout)
+        if not gold:
+            return False
+        pred = _parse_math(_as_math(predicted), timeout)
+        if not pred:
+            return False
+        return bool(verify(list(gold), list(pred), timeout_seconds=timeout))
+    except (Exception, TimeoutException):
+        logger.debug("math-verify failed; answer graded by string comparison", exc_info=True)
+        return False
+
+
+def grade_completion(
+    completion: str,
+    reference: str,
+    *,
+    timeout_s: float = 5,
+    fallback_last_number: bool = False,
+) -> GradeResult:
+    """Extract the final answer of ``completion`` and grade it against ``reference``.
+
+    A completion that states no answer is wrong (``GradeResult(answer=None, correct=False)``)
+    unless ``fallback_last_number`` lets its last number stand in.
+    """
+    answer = extract_answer(completion, fallback_last_number=fallback_last_number)
+    return GradeResult(answer=answer, correct=grade(answer, reference, timeout_s=timeout_s))

@@ -1,0 +1,50 @@
+"""What every method receives and returns.
+
+A method is one function `run(ctx: TraceContext, options) -> dict[label, list[row]]`: for one
+trace it returns, per output label (usually the method's name; `gradient` returns
+`gradient-ig` etc.), one dict per segment holding at least `score`, plus its own columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cotcredit.lm import EncodedTrace, Scorer, TracePass
+from cotcredit.segmentation import Segmentation
+
+
+@dataclass
+class TraceContext:
+    """One trace ready for scoring: its tokens, one forward pass (with KV cache), its segments."""
+
+    scorer: Scorer
+    encoded: EncodedTrace
+    forward: TracePass
+    segmentation: Segmentation
+    notes: list[str] = field(default_factory=list)  # said once per run (e.g. "no solution")
+
+    @property
+    def trace(self):
+        return self.encoded.trace
+
+    def prefix_len(self, boundary: int) -> int:
+        """Sequence length of state s_k whose reasoning ends at token `boundary`."""
+        return self.encoded.prompt_len + boundary
+
+
+MethodRows = dict[str, list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registered method: its name, output labels, options type and scoring function."""
+
+    name: str
+    options_type: type
+    run: Callable[[TraceContext, Any], MethodRows]
+    labels: Callable[[Any], list[str]]
+    # Context tokens a trace must leave free for this method's probes: (scorer, trace, options).
+    reserve: Callable[[Scorer, Any, Any], int] = lambda scorer, trace, options: 64
+    description: str = ""

@@ -1,0 +1,269 @@
+"""Hybrid keyword–entropy segmentation of a trace's reasoning.
+
+1. Candidate cuts: at line breaks and before discourse keywords that open a new thought
+   ("Wait", "But", "So", "Let me", ...), snapped to token boundaries.
+2. Token entropies come from one forward pass over prompt + reasoning (the scorer's).
+3. Merge: repeatedly merge the adjacent pair with the lowest cost until `segments` remain.
+   `merge="pair"` (the paper's wording): cost = summed token entropy of the two segments.
+   `merge="boundary"`: cost = entropy at the cut between them (the model's uncertainty about
+   the first token of the right segment). High-entropy places survive as boundaries.
+   When there are fewer candidates than `segments`, the highest-entropy token boundaries are
+   added as cuts, so a reasoning of at least `segments` tokens always gets exactly `segments`.
+
+Segments are character spans of the response with token offsets relative to the reasoning; their
+texts concatenate exactly to the reasoning text. Segments are never located by searching text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from cotcredit.errors import UserError
+from cotcredit.lm import EncodedTrace
+
+DEFAULT_KEYWORDS: tuple[str, ...] = (
+    "Wait",
+    "But",
+    "Alternatively",
+    "Hmm",
+    "So",
+    "Therefore",
+    "Thus",
+    "Hence",
+    "Let me",
+    "Let's",
+    "Actually",
+    "Now",
+    "Next",
+    "Then",
+    "Finally",
+    "First",
+    "Second",
+    "However",
+    "Okay",
+    "OK",
+    "Hold on",
+    "Check",
+    "Verify",
+    "In summary",
+)
+
+
+@dataclass(frozen=True)
+class SegmentOptions:
+    """How the reasoning is cut into segments."""
+
+    segments: int = 8  # target number of segments per trace
+    keywords: tuple[str, ...] = DEFAULT_KEYWORDS
+    merge: str = "pair"  # pair | boundary
+    min_tokens: int = 1
+    max_tokens: int | None = None
+
+    def validate(self) -> SegmentOptions:
+        if self.segments < 1:
+            raise UserError("--segments must be at least 1")
+        if self.merge not in ("pair", "boundary"):
+            raise UserError(f"--merge must be pair or boundary, got '{self.merge}'")
+        if self.min_tokens < 1:
+            raise UserError("--min-tokens must be at least 1")
+        if self.max_tokens is not None and self.max_tokens < self.min_tokens:
+            raise UserError("--max-tokens must be >= --min-tokens")
+        return self
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One segment: char span in the response, token span in the reasoning tokens."""
+
+    index: int
+    char_start: int
+    char_end: int
+    token_start: int
+    token_end: int
+    text: str
+    boundary_entropy: float = float("nan")
+    mean_entropy: float = float("nan")
+
+    @property
+    def n_tokens(self) -> int:
+        return self.token_end - self.token_start
+
+
+@dataclass
+class Segmentation:
+    """The segments of one trace, in order, covering its reasoning exactly."""
+
+    trace_id: str
+    segments: list[Segment] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+    @property
+    def boundaries(self) -> list[int]:
+        """Reasoning-token offsets of the states s_0..s_K (s_0 = 0: prompt only)."""
+        return [0] + [s.token_end for s in self.segments]
+
+
+def candidate_cuts(enc: EncodedTrace, keywords: tuple[str, ...]) -> list[int]:
+    """Token indices (1..n-1) where a new segment may start: after line breaks, before keywords."""
+    text = enc.reasoning_text
+    chars: set[int] = set()
+    for m in re.finditer(r"\n+", text):
+        if m.end() < len(text):
+            chars.add(m.end())
+    if keywords:
+        alt = "|".join(re.escape(k) for k in sorted(keywords, key=len, reverse=True))
+        # A keyword opens a thought at the start of the text, a line, or a sentence.
+        for m in re.finditer(rf"(?:^|(?<=[\n.!?;:)]\s)|(?<=[\n.!?;:)]))\s*({alt})\b", text):
+            chars.add(m.start(1))
+    starts = enc.token_starts
+    cuts: set[int] = set()
+    tok = 0
+    for c in sorted(chars):
+        # Snap back to the start of the token holding char c, then back over split characters.
+        while tok + 1 < enc.n_reasoning and starts[tok + 1] <= c:
+            tok += 1
+        t = tok
+        while t > 0 and not enc.cuttable[t]:
+            t -= 1
+        if 0 < t < enc.n_reasoning:
+            cuts.add(t)
+    return sorted(cuts)
+
+
+def token_entropies(enc: EncodedTrace, entropies: torch.Tensor) -> torch.Tensor:
+    """Entropy of the distribution each reasoning token was chosen from (length n_reasoning)."""
+    p = enc.prompt_len
+    return entropies[p - 1 : p - 1 + enc.n_reasoning].double()
+
+
+def _split_long(
+    bounds: list[int], ent: torch.Tensor, enc: EncodedTrace, max_tokens: int
+) -> list[int]:
+    out = [bounds[0]]
+    for a, b in zip(bounds, bounds[1:]):
+        stack = [(a, b)]
+        pieces = []
+        while stack:
+            x, y = stack.pop()
+            inner = [t for t in range(x + 1, y) if enc.cuttable[t]]
+            if y - x <= max_tokens or not inner:
+                pieces.append((x, y))
+                continue
+            t = max(inner, key=lambda i: (float(ent[i]), -i))
+            stack += [(t, y), (x, t)]
+        out += sorted(y for _, y in pieces)
+    return out
+
+
+def segment_encoded(
+    enc: EncodedTrace, entropies: torch.Tensor, options: SegmentOptions
+) -> Segmentation:
+    """Segment one encoded trace given the entropies of its forward pass (prompt + reasoning)."""
+    n = enc.n_reasoning
+    ent = token_entropies(enc, entropies)
+    target = min(options.segments, sum(enc.cuttable))
+    bounds = [0, *candidate_cuts(enc, options.keywords), n]
+    if options.max_tokens:
+        bounds = _split_long(bounds, ent, enc, options.max_tokens)
+    if len(bounds) - 1 < target:
+        # Too few candidates: add cuts at the highest-entropy token boundaries.
+        taken = set(bounds)
+        extra = sorted(
+            (t for t in range(1, n) if enc.cuttable[t] and t not in taken),
+            key=lambda t: (-float(ent[t]), t),
+        )
+        bounds = sorted(taken | set(extra[: target - (len(bounds) - 1)]))
+    prefix = torch.cat([torch.zeros(1, dtype=torch.float64), ent.cumsum(0)])
+
+    def seg_sum(i: int) -> float:
+        return float(prefix[bounds[i + 1]] - prefix[bounds[i]])
+
+    def cost(i: int) -> float:  # merging segment i with i+1
+        if options.merge == "boundary":
+            return float(ent[bounds[i + 1]])
+        return seg_sum(i) + seg_sum(i + 1)
+
+    def can_merge(i: int) -> bool:
+        return options.max_tokens is None or bounds[i + 2] - bounds[i] <= options.max_tokens
+
+    def merge_at(i: int) -> None:
+        del bounds[i + 1]
+
+    # Segments below min_tokens are merged first, into the cheaper neighbour.
+    while len(bounds) > 2:
+        short = [
+            i for i in range(len(bounds) - 1) if bounds[i + 1] - bounds[i] < options.min_tokens
+        ]
+        if not short:
+            break
+        i = short[0]
+        options_ = [j for j in (i - 1, i) if 0 <= j < len(bounds) - 2]
+        merge_at(min(options_, key=lambda j: (cost(j), j)))
+    while len(bounds) - 1 > target:
+        pairs = [i for i in range(len(bounds) - 2) if can_merge(i)]
+        if not pairs:
+            break
+        merge_at(min(pairs, key=lambda i: (cost(i), i)))
+    return build_segmentation(enc, bounds, ent)
+
+
+def build_segmentation(
+    enc: EncodedTrace, bounds: list[int], ent: torch.Tensor | None = None
+) -> Segmentation:
+    """Segments from reasoning-token boundaries [0, ..., n]."""
+    segs = []
+    text = enc.trace.response
+    for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        cs, ce = enc.token_starts[a], enc.token_starts[b]
+        be = me = float("nan")
+        if ent is not None:
+            be, me = float(ent[a]), float(ent[a:b].mean())
+        segs.append(Segment(k, cs, ce, a, b, text[cs:ce], be, me))
+    return Segmentation(enc.trace.id, segs)
+
+
+def segmentation_from_rows(enc: EncodedTrace, rows: list[dict], source: str) -> Segmentation:
+    """Rebuild a segmentation stored in a table, checking it fits this trace and tokenizer."""
+    rows = sorted(rows, key=lambda r: int(r["segment"]))
+    where = f"{source}: trace {enc.trace.id}"
+    if [int(r["segment"]) for r in rows] != list(range(len(rows))):
+        raise UserError(f"{where}: segment indices are not 0..{len(rows) - 1}")
+    bounds = [0]
+    for r in rows:
+        a, b = int(r["token_start"]), int(r["token_end"])
+        if a != bounds[-1] or b <= a:
+            raise UserError(f"{where}: segment {r['segment']} does not continue the previous one")
+        if (
+            b > enc.n_reasoning
+            or enc.token_starts[a] != int(r["char_start"])
+            or enc.token_starts[b] != int(r["char_end"])
+        ):
+            raise UserError(
+                f"{where}: segment {r['segment']} does not match this model's tokenization "
+                "(was the segmentation made with another model or other trace options?)"
+            )
+        bounds.append(b)
+    if bounds[-1] != enc.n_reasoning:
+        raise UserError(
+            f"{where}: segments cover {bounds[-1]} of {enc.n_reasoning} reasoning tokens"
+        )
+    base = build_segmentation(enc, bounds)
+    segs = [
+        Segment(
+            s.index,
+            s.char_start,
+            s.char_end,
+            s.token_start,
+            s.token_end,
+            s.text,
+            float(r.get("boundary_entropy", float("nan"))),
+            float(r.get("mean_entropy", float("nan"))),
+        )
+        for s, r in zip(base.segments, rows)
+    ]
+    return Segmentation(enc.trace.id, segs)

@@ -1,0 +1,107 @@
+"""Fixtures: a tiny random Llama and a byte-level BPE tokenizer built locally, no network."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+CORPUS = [
+    "Let me think step by step. First, 3 + 4 = 7. Wait, check again.",
+    "So the answer is 12. Therefore the final answer is $\\boxed{12}$.",
+    "Alternatively, the table says apples cost 5 dollars. Hmm, but oranges cost 7.",
+    "Now add them: 5 + 7 = 12.\nNext, multiply by 2 to get 24.\nFinally we are done.",
+    "The price of a pear is 3. Actually no, it is 4.</think>",
+]
+
+
+def build_tiny_model_dir(folder: Path, seed: int = 0, layers: int = 2) -> Path:
+    """Save a tiny random Llama (hidden 64) and a trained byte-level BPE tokenizer to `folder`."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tk.train_from_iterator(CORPUS * 4, trainer)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|im_end|>",
+        bos_token="<|im_start|>", unk_token="<|endoftext|>",
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(cfg)
+    # Random init is near-uniform; scale up so log-probs and entropies vary between tokens.
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(4)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    return build_tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def scorer(tiny_model_dir):
+    from cotcredit.lm import ModelOptions, load_scorer
+
+    return load_scorer(ModelOptions(model=str(tiny_model_dir), device="cpu"))
+
+
+SAMPLE_TRACES = [
+    {
+        "id": "t1",
+        "prompt": "Apples cost 5 dollars and oranges cost 7 dollars. What do both cost?",
+        "response": "Let me think step by step.\nApples cost 5 dollars.\nWait, oranges cost 7.\n"
+        "So 5 + 7 = 12.\nTherefore the total is 12.\nThe final answer is $\\boxed{12}$.",
+        "answer": "12",
+        "solution": "Apples cost 5 and oranges cost 7, so together 5 + 7 = 12.",
+        "correct": True,
+    },
+    {
+        "id": "t2",
+        "question": "What is 3 + 4?",
+        "completion": "<think>First, 3 + 4. Hmm, 3 + 4 = 8? Actually no, 3 + 4 = 7.\nSo it is 7."
+        "</think>\nThe answer is $\\boxed{7}$.",
+        "gt_answer": "7",
+    },
+    {
+        "id": "t3",
+        "problem": "A pear costs 4. What do two pears cost?",
+        "output": "Now the price of a pear is 4.\nNext, multiply by 2 to get 8.\nBut wait, check: 4 + 4 = 8.\n"
+        "Finally we are done.\nAnswer: 8",
+        "reference_answer": "8",
+        "reward": 1.0,
+    },
+]
+
+
+@pytest.fixture
+def traces_file(tmp_path) -> Path:
+    p = tmp_path / "traces.jsonl"
+    p.write_text("".join(json.dumps(t) + "\n" for t in SAMPLE_TRACES))
+    return p

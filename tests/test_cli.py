@@ -1,0 +1,117 @@
+"""CLI end to end on a tiny model: outputs, resume, refusal of mixed runs, one-line errors."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from cotcredit.cli import main
+from cotcredit.tables import read_metadata
+
+
+def run(argv, capsys):
+    code = 0
+    try:
+        main([str(a) for a in argv])
+    except SystemExit as e:
+        code = e.code or 0
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_segment_end_to_end_and_resume(tiny_model_dir, traces_file, tmp_path, capsys):
+    out = tmp_path / "seg.parquet"
+    code, stdout, stderr = run(["segment", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "3",
+                                "--show", "t2", "-q"], capsys)
+    assert code == 0, stderr
+    df = pd.read_parquet(out)
+    assert list(df.columns[:9]) == ["trace_id", "segment", "char_start", "char_end", "token_start",
+                                    "token_end", "n_tokens", "text", "boundary_entropy"] or "run_id" in df.columns
+    assert df.groupby("trace_id").size().to_dict() == {"t1": 3, "t2": 3, "t3": 3}
+    meta = read_metadata(out)
+    assert meta["segmentation"]["segments"] == 3 and meta["cotcredit_version"]
+    assert (df.run_id == meta["run_id"]).all()
+    assert "trace t2" in stdout
+    # Rerun: nothing new, nothing duplicated.
+    code, _, stderr = run(["segment", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "3"], capsys)
+    assert code == 0 and "0 trace(s) scored, 3 already done" in stderr
+    assert len(pd.read_parquet(out)) == len(df)
+    # Other options into the same file: refused with one line.
+    code, _, stderr = run(["segment", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "2"], capsys)
+    assert code == 2 and "holds results of a different run" in stderr and stderr.count("\n") == 1
+
+
+def test_resume_after_partial_run(tiny_model_dir, traces_file, tmp_path, capsys):
+    out = tmp_path / "rr.parquet"
+    code, _, err = run(["redistribute", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "3",
+                        "--max-traces", "1"], capsys)
+    assert code == 0, err
+    assert set(pd.read_parquet(out).trace_id) == {"t1"}
+    code, _, err = run(["redistribute", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "3"], capsys)
+    assert code == 0 and "2 trace(s) scored, 1 already done" in err
+    df = pd.read_parquet(out)
+    assert df.groupby("trace_id").size().to_dict() == {"t1": 3, "t2": 3, "t3": 3}
+    assert (df.method == "rredcot").all()
+
+
+def test_redistribute_reuses_segmentation(tiny_model_dir, traces_file, tmp_path, capsys):
+    seg = tmp_path / "seg.parquet"
+    run(["segment", traces_file, "--model", tiny_model_dir, "-o", seg, "-k", "4"], capsys)
+    rr = tmp_path / "rr.parquet"
+    code, _, err = run(["redistribute", traces_file, "--model", tiny_model_dir, "-o", rr,
+                        "--segments-file", seg], capsys)
+    assert code == 0, err
+    a, b = pd.read_parquet(seg), pd.read_parquet(rr)
+    cols = ["trace_id", "segment", "char_start", "char_end", "token_start", "token_end", "text"]
+    assert a[cols].equals(b[cols])
+
+
+@pytest.mark.parametrize(
+    "lines, argv, message",
+    [
+        (['{"prompt": "Q", "response": "R\\nAnswer: 1"}'], [], "traces.jsonl:1: missing reference answer (tried answer, reference_answer, gt_answer)"),
+        (["{oops"], [], "traces.jsonl:1: invalid JSON"),
+        ([], ["--segments", "0"], "--segments must be at least 1"),
+        ([], ["--merge", "x"], "--merge must be pair or boundary"),
+        ([], ["--shard", "3/2"], "--shard 3/2: need 0 <= i < n"),
+        ([], ["--model", "/nonexistent/model.gguf"], "no such GGUF file"),
+    ],
+)
+def test_bad_input_one_line_exit_2(tiny_model_dir, tmp_path, capsys, lines, argv, message):
+    p = tmp_path / "traces.jsonl"
+    good = json.dumps({"prompt": "Q?", "response": "Think.\nAnswer: 1", "answer": "1"})
+    p.write_text("\n".join(lines or [good]) + "\n")
+    model = [] if "--model" in argv else ["--model", tiny_model_dir]
+    code, _, err = run(["segment", p, "-o", tmp_path / "o.parquet", *model, *argv], capsys)
+    assert code == 2
+    assert message in err and "Traceback" not in err
+    assert err.strip().count("\n") == 0
+
+
+def test_on_error_skip_reports_and_continues(tiny_model_dir, traces_file, tmp_path, capsys):
+    p = tmp_path / "mixed.jsonl"
+    p.write_text(traces_file.read_text() + "{broken\n" + '{"prompt": "x"}\n')
+    code, _, err = run(["segment", p, "--model", tiny_model_dir, "-o", tmp_path / "o.parquet",
+                        "--on-error", "skip"], capsys)
+    assert code == 0
+    assert "skipped 2 trace(s)" in err and "mixed.jsonl:4: invalid JSON" in err
+    assert set(pd.read_parquet(tmp_path / "o.parquet").trace_id) == {"t1", "t2", "t3"}
+
+
+def test_shards_partition_traces(tiny_model_dir, traces_file, tmp_path, capsys):
+    ids = []
+    for i in range(2):
+        out = tmp_path / f"s{i}.parquet"
+        run(["segment", traces_file, "--model", tiny_model_dir, "-o", out, "--shard", f"{i}/2"], capsys)
+        ids += list(pd.read_parquet(out).trace_id.unique())
+    assert sorted(ids) == ["t1", "t2", "t3"]
+
+
+def test_python_api_matches_cli(tiny_model_dir, traces_file, tmp_path, capsys):
+    import cotcredit
+
+    df = cotcredit.segment(traces_file, model=tiny_model_dir, segments=3)
+    out = tmp_path / "s.parquet"
+    run(["segment", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "3"], capsys)
+    cli = pd.read_parquet(out)
+    assert df[["trace_id", "segment", "text"]].equals(cli[["trace_id", "segment", "text"]])

@@ -1,0 +1,97 @@
+"""Scorer primitives: alignment of tokens and text, chunked stats, packed = naive probes."""
+
+import numpy as np
+import pytest
+import torch
+
+from cotcredit.errors import UserError
+from cotcredit.lm import Continuation, ModelOptions, Scorer, load_scorer
+from cotcredit.traces import Trace
+
+TRACE = Trace("a", "What is 3+4?", "Let me think. 3 + 4 = 7 \U0001f600.\nWait, yes 7.\nSo 7.\nThe final answer is $\\boxed{7}$.", "7")
+
+
+def test_encode_is_prompt_then_reasoning_tokens(scorer):
+    enc = scorer.encode(TRACE)
+    assert enc.ids == scorer.encode_prompt(TRACE.prompt) + enc.reasoning_ids
+    assert enc.reasoning_text == TRACE.response[: TRACE.reasoning_end]
+    # Token starts are increasing char offsets; decoding tokens [a, b) at cuttable places gives
+    # exactly the text between their char offsets.
+    cuts = [i for i in range(enc.n_reasoning) if enc.cuttable[i]] + [enc.n_reasoning]
+    for a, b in zip(cuts, cuts[1:]):
+        text = scorer.tokenizer.decode(enc.reasoning_ids[a:b])
+        assert text == TRACE.response[enc.token_starts[a] : enc.token_starts[b]]
+    assert not all(enc.cuttable)  # the emoji is split over byte tokens
+
+
+def test_prompt_uses_chat_template(scorer):
+    assert scorer.render_prompt("hi").startswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    plain = scorer.with_options(ModelOptions(chat_template=False))
+    assert plain.render_prompt("hi") == "hi"
+
+
+def test_forward_stats_equal_full_softmax(scorer):
+    enc = scorer.encode(TRACE)
+    fwd = scorer.forward(enc.ids, keep_cache=False)
+    with torch.no_grad():
+        logits = scorer.model(torch.tensor([enc.ids])).logits[0].float()
+    lp = torch.log_softmax(logits, -1)
+    ent = -(lp.exp() * lp).sum(-1)
+    tok = lp[:-1].gather(1, torch.tensor(enc.ids[1:])[:, None])[:, 0]
+    assert torch.allclose(fwd.entropies, ent, atol=1e-4)
+    assert torch.allclose(fwd.logprobs[1:], tok, atol=1e-4)
+
+
+def test_chunked_stats_are_chunk_independent(scorer, monkeypatch):
+    enc = scorer.encode(TRACE)
+    a = scorer.forward(enc.ids, keep_cache=False)
+    monkeypatch.setattr("cotcredit.lm._LOGIT_CHUNK", 7)
+    b = scorer.forward(enc.ids, keep_cache=False)
+    assert torch.allclose(a.entropies, b.entropies, atol=1e-5)
+    assert torch.allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+
+@pytest.mark.parametrize("budget", [1024, 20])
+def test_packed_probes_equal_naive(scorer, budget):
+    enc = scorer.encode(TRACE)
+    fwd = scorer.forward(enc.ids)
+    ex, ans = scorer.encode_text("\nThe final answer is $\\boxed{"), scorer.encode_text("7")
+    term = scorer.terminator_ids("}")
+    bounds = [0, 1, 5, enc.n_reasoning // 2, enc.n_reasoning - 1, enc.n_reasoning]
+    conts = [Continuation(enc.prompt_len + b, ex + ans, len(ex), term) for b in bounds]
+    conts.append(Continuation(enc.prompt_len + 3, ans, 0, None))
+    s = Scorer(scorer.model, scorer.tokenizer, query_budget=budget)
+    packed = s.score_continuations(fwd, conts)
+    naive = s.score_continuations_naive(enc.ids, conts)
+    assert np.allclose([p.logprob for p in packed], [n.logprob for n in naive], atol=1e-4)
+    for p, n in zip(packed, naive):
+        assert np.allclose(p.token_logprobs, n.token_logprobs, atol=1e-4)
+    # The cache is restored: scoring again gives the same numbers.
+    again = s.score_continuations(fwd, conts)
+    assert [a.logprob for a in again] == pytest.approx([p.logprob for p in packed], abs=1e-6)
+    # And batched full-sequence scoring agrees as well.
+    seqs = [enc.ids[: c.prefix_len] + c.ids for c in conts[:-1]]
+    full = s.score_sequences(seqs, [len(ans)] * len(seqs), terminators=term, batch_size=3)
+    assert np.allclose(full, [n.logprob for n in naive[:-1]], atol=1e-4)
+
+
+def test_terminator_ids_start_with_prefix(scorer):
+    ids = scorer.terminator_ids("}")
+    assert ids and all(scorer.tokenizer.decode([i]).startswith("}") for i in ids)
+
+
+def test_context_overflow_is_a_clear_error(scorer):
+    long = Trace("long", "Q", "word " * 3000 + "\nAnswer: 1", "1")
+    with pytest.raises(UserError, match="exceed the model's context of 2048 tokens; use --truncate"):
+        scorer.encode(long)
+    cut = scorer.with_options(ModelOptions(truncate=True)).encode(long, reserve=10)
+    assert cut.truncated > 0 and len(cut.ids) + 10 <= 2048
+
+
+def test_unknown_model_is_a_clear_error(tmp_path):
+    with pytest.raises(UserError, match="cannot load"):
+        load_scorer(ModelOptions(model="no-such-org/no-such-model", device="cpu"))
+    with pytest.raises(UserError, match="no such GGUF file"):
+        load_scorer(ModelOptions(model=str(tmp_path / "x.gguf"), device="cpu"))
+    with pytest.raises(UserError, match="no config.json"):
+        load_scorer(ModelOptions(model=str(tmp_path), device="cpu"))

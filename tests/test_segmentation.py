@@ -1,0 +1,125 @@
+"""Segmentation invariants: coverage, token alignment, exact count, merge rules, determinism."""
+
+import pytest
+import torch
+
+from cotcredit.errors import UserError
+from cotcredit.lm import Scorer
+from cotcredit.segmentation import (
+    SegmentOptions,
+    build_segmentation,
+    candidate_cuts,
+    segment_encoded,
+    segmentation_from_rows,
+)
+from cotcredit.traces import Trace
+
+RESPONSE = (
+    "Let me think step by step.\nApples cost 5 dollars. Wait, oranges cost 7.\n"
+    "So 5 + 7 = 12. Hmm, but the question asks for two apples.\nActually, 2 * 5 = 10.\n"
+    "Then 10 + 7 = 17.\nTherefore the total is 17.\nThe final answer is $\\boxed{17}$."
+)
+TRACE = Trace("x", "Two apples and an orange?", RESPONSE, "17")
+
+
+@pytest.fixture
+def encoded(scorer: Scorer):
+    enc = scorer.encode(TRACE)
+    return enc, scorer.forward(enc.ids, keep_cache=False).entropies
+
+
+def check_invariants(enc, seg):
+    assert "".join(s.text for s in seg.segments) == enc.reasoning_text
+    assert seg.segments[0].token_start == 0 and seg.segments[-1].token_end == enc.n_reasoning
+    for a, b in zip(seg.segments, seg.segments[1:]):
+        assert a.token_end == b.token_start and a.char_end == b.char_start
+    for s in seg.segments:
+        assert s.n_tokens >= 1
+        assert s.char_start == enc.token_starts[s.token_start]
+        assert s.char_end == enc.token_starts[s.token_end]
+        assert s.text == TRACE.response[s.char_start : s.char_end]
+    assert [s.index for s in seg.segments] == list(range(len(seg)))
+
+
+def test_candidates_at_lines_and_keywords(encoded):
+    enc, _ = encoded
+    starts = {enc.reasoning_text[enc.token_starts[t]:].lstrip()[:5] for t in candidate_cuts(enc, SegmentOptions().keywords)}
+    for word in ("Apple", "Wait,", "So 5 ", "Hmm, ", "Actua", "Then ", "There"):
+        assert word in starts
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 8, 12, 30])
+@pytest.mark.parametrize("merge", ["pair", "boundary"])
+def test_exact_count_and_coverage(encoded, k, merge):
+    enc, ent = encoded
+    seg = segment_encoded(enc, ent, SegmentOptions(segments=k, merge=merge))
+    assert len(seg) == k  # fewer candidates than k are topped up with high-entropy cuts
+    check_invariants(enc, seg)
+
+
+def test_deterministic(encoded):
+    enc, ent = encoded
+    a = segment_encoded(enc, ent, SegmentOptions(segments=4))
+    b = segment_encoded(enc, ent, SegmentOptions(segments=4))
+    assert a == b
+
+
+def _fake_entropy(enc, high_at):
+    ent = torch.full((enc.prompt_len + enc.n_reasoning,), 0.1)
+    for t in high_at:
+        ent[enc.prompt_len - 1 + t] = 9.0
+    return ent
+
+
+def test_boundary_merge_keeps_high_entropy_cuts(encoded):
+    enc, _ = encoded
+    cands = candidate_cuts(enc, SegmentOptions().keywords)
+    keep = [cands[1], cands[4]]
+    seg = segment_encoded(enc, _fake_entropy(enc, keep), SegmentOptions(segments=3, merge="boundary"))
+    assert [s.token_start for s in seg.segments[1:]] == keep
+
+
+def test_pair_merge_merges_lowest_summed_entropy(encoded):
+    enc, _ = encoded
+    cands = candidate_cuts(enc, SegmentOptions().keywords)
+    bounds = [0, *cands, enc.n_reasoning]
+    # Make every token of the last candidate segment costly: it stays while the rest merges.
+    last = list(range(bounds[-2], bounds[-1]))
+    seg = segment_encoded(enc, _fake_entropy(enc, last), SegmentOptions(segments=2, merge="pair"))
+    assert seg.segments[1].token_start == bounds[-2]
+
+
+def test_min_and_max_tokens(encoded):
+    enc, ent = encoded
+    seg = segment_encoded(enc, ent, SegmentOptions(segments=50, min_tokens=6))
+    assert all(s.n_tokens >= 6 for s in seg.segments)
+    check_invariants(enc, seg)
+    seg = segment_encoded(enc, ent, SegmentOptions(segments=2, max_tokens=15))
+    assert all(s.n_tokens <= 15 for s in seg.segments)
+    check_invariants(enc, seg)
+
+
+def test_options_validation():
+    with pytest.raises(UserError, match="--segments"):
+        SegmentOptions(segments=0).validate()
+    with pytest.raises(UserError, match="--merge"):
+        SegmentOptions(merge="x").validate()
+
+
+def test_round_trip_from_rows_and_mismatch(encoded):
+    enc, ent = encoded
+    seg = segment_encoded(enc, ent, SegmentOptions(segments=4))
+    rows = [{"segment": s.index, "char_start": s.char_start, "char_end": s.char_end,
+             "token_start": s.token_start, "token_end": s.token_end} for s in seg.segments]
+    back = segmentation_from_rows(enc, rows, "s.parquet")
+    assert [(s.token_start, s.token_end, s.text) for s in back.segments] == \
+           [(s.token_start, s.token_end, s.text) for s in seg.segments]
+    rows[1]["char_start"] += 1
+    with pytest.raises(UserError, match="does not match this model's tokenization"):
+        segmentation_from_rows(enc, rows, "s.parquet")
+
+
+def test_build_segmentation_from_bounds(encoded):
+    enc, _ = encoded
+    seg = build_segmentation(enc, [0, 3, enc.n_reasoning])
+    assert len(seg) == 2 and seg.boundaries == [0, 3, enc.n_reasoning]
