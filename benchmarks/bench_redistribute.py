@@ -1,0 +1,123 @@
+"""Seconds per trace: RREDCoT (packed probes) vs one plain forward vs the naive per-boundary loop.
+
+    python benchmarks/bench_redistribute.py                      # embedded model, 1k tokens, K=16
+    python benchmarks/bench_redistribute.py --tokens 8192 --segments 32 --skip-naive
+
+"redistribute" is everything `cotcredit redistribute` does for a trace after loading: encode,
+one forward pass (entropies + KV cache), segmentation, all probes, rows. "plain forward" is one
+forward pass over the same prompt + reasoning tokens, without cache. "naive" scores every probe
+with its own full forward pass over prefix + probe. Medians of --repeats runs, measured side by
+side in one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from cotcredit.lm import ModelOptions, load_scorer
+from cotcredit.methods.base import TraceContext
+from cotcredit.methods.rredcot import RredcotOptions, estimate
+from cotcredit.methods.rredcot import run as rredcot_run
+from cotcredit.segmentation import SegmentOptions, segment_encoded
+from cotcredit.traces import Trace
+
+SENTENCES = [
+    "Let me compute the cost of the apples first: 4 apples at 3 dollars each is 12 dollars.",
+    "Wait, I should double-check the price of the oranges in the table.",
+    "So the oranges cost 2 dollars each, and 5 of them cost 10 dollars.",
+    "Hmm, the question asks for the total, so I add the two amounts.",
+    "Therefore the total is 12 + 10 = 22 dollars.",
+    "Actually, let me verify once more by adding item by item.",
+]
+
+
+def synthetic_trace(scorer, n_tokens: int) -> Trace:
+    lines, i = [], 0
+    while len(scorer.encode_text("\n".join(lines))) < n_tokens:
+        lines.append(SENTENCES[i % len(SENTENCES)])
+        i += 1
+    return Trace(
+        "bench", "Apples cost 3 dollars and oranges 2 dollars. What do 4 apples and 5 oranges cost?",
+        "\n".join(lines) + "\nThe final answer is $\\boxed{22}$.", "22",
+        solution="4 * 3 = 12 and 5 * 2 = 10, so the total is 22. The final answer is $\\boxed{22}$.",
+        outcome=1.0,
+    )
+
+
+def timed(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="model (default: embedded SmolLM2-135M-Instruct)")
+    ap.add_argument("--tokens", type=int, default=1024, help="reasoning tokens of the synthetic trace")
+    ap.add_argument("--segments", type=int, default=16)
+    ap.add_argument("--value", default="rhat", choices=["rhat", "vhat", "both"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--skip-naive", action="store_true")
+    ap.add_argument("--device", default="auto")
+    args = ap.parse_args()
+
+    scorer = load_scorer(ModelOptions(model=args.model, device=args.device))
+    trace = synthetic_trace(scorer, args.tokens)
+    opts = RredcotOptions(value=args.value)
+    seg_opts = SegmentOptions(segments=args.segments)
+    enc = scorer.encode(trace, reserve=256)
+    scorer.terminator_ids("}")  # built once per model; not per trace
+
+    def redistribute():
+        e = scorer.encode(trace, reserve=256)
+        fwd = scorer.forward(e.ids)
+        seg = segment_encoded(e, fwd.entropies, seg_opts)
+        rredcot_run(TraceContext(scorer, e, fwd, seg), opts)
+
+    def plain():
+        scorer.forward(enc.ids, keep_cache=False)
+
+    fwd = scorer.forward(enc.ids)
+    ctx = TraceContext(scorer, enc, fwd, segment_encoded(enc, fwd.entropies, seg_opts))
+
+    def naive():
+        estimate(ctx, RredcotOptions(value=args.value, probe_mode="naive"))
+
+    with torch.inference_mode():
+        redistribute()  # warm-up
+        t_plain = timed(plain, args.repeats)
+        t_red = timed(redistribute, args.repeats)
+        t_naive = None if args.skip_naive else timed(naive, max(1, args.repeats // 2))
+    packed = [s.logprob for s in estimate_scores(ctx, opts, "packed")]
+    ref = [s.logprob for s in estimate_scores(ctx, opts, "naive")] if not args.skip_naive else packed
+    print(f"model: {scorer.name}  device: {scorer.device}  dtype: {scorer.dtype}  threads: {torch.get_num_threads()}")
+    print(f"trace: {enc.prompt_len} prompt + {enc.n_reasoning} reasoning tokens, {len(ctx.segmentation)} segments, value={args.value}")
+    print(f"plain forward        {t_plain:8.2f} s")
+    print(f"redistribute         {t_red:8.2f} s   ({t_red / t_plain:.2f}x plain forward)")
+    if t_naive is not None:
+        print(f"naive per-boundary   {t_naive:8.2f} s   (redistribute is {t_naive / t_red:.1f}x faster)")
+        print(f"max |packed - naive| log-prob: {max(abs(a - b) for a, b in zip(packed, ref)):.2e}")
+
+
+def estimate_scores(ctx, opts: RredcotOptions, mode: str):
+    """Raw probe scores (for the agreement figure)."""
+    from cotcredit.forcing import answer_forcing
+    from cotcredit.lm import Continuation
+
+    f = answer_forcing(ctx.scorer, ctx.trace, opts.forcing)
+    conts = [Continuation(ctx.prefix_len(b), f.exit_ids + f.answer_ids, len(f.exit_ids), f.terminators)
+             for b in ctx.segmentation.boundaries]
+    if mode == "packed":
+        return ctx.scorer.score_continuations(ctx.forward, conts)
+    return ctx.scorer.score_continuations_naive(ctx.forward.ids, conts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Slow checks on the embedded SmolLM2-135M-Instruct (run with `make test-slow`)."""
+
+import pytest
+
+from cotcredit.lm import ModelOptions, load_scorer
+from cotcredit.methods.rredcot import RredcotOptions
+from cotcredit.pipeline import run_analysis
+from cotcredit.segmentation import SegmentOptions
+from cotcredit.traces import Trace
+
+pytestmark = pytest.mark.slow
+
+TABLE = "Price list:\n- apple: 4 dollars\n- pear: 7 dollars\n- plum: 9 dollars\n"
+
+
+@pytest.fixture(scope="module")
+def smol():
+    return load_scorer(ModelOptions(device="cpu"))
+
+
+def lookup_trace(fruit: str, value: str, right: bool) -> Trace:
+    stated = value if right else "9"
+    return Trace(
+        f"{fruit}-{right}", TABLE + f"What is the price of the {fruit}?",
+        "Let me look at the price list.\nThe list has three fruits.\nI need the row for the "
+        f"{fruit}.\nThe {fruit} costs {stated} dollars.\nThe final answer is $\\boxed{{{stated}}}$.",
+        value, outcome=1.0 if right else 0.0,
+    )
+
+
+def test_answer_line_gets_the_largest_rhat_jump(smol):
+    traces = [lookup_trace("pear", "7", True), lookup_trace("apple", "4", True)]
+    s = run_analysis(traces, smol, methods={"rredcot": RredcotOptions(value="rhat")},
+                     segment_options=SegmentOptions(segments=4))
+    for tid in ("pear-True", "apple-True"):
+        rows = [r for r in s.rows["rredcot"] if r["trace_id"] == tid]
+        jumps = [r["r_hat"] - r["r_hat_before"] for r in rows]
+        assert rows[-1]["text"].startswith("The ") and "costs" in rows[-1]["text"]
+        assert max(range(len(jumps)), key=jumps.__getitem__) == len(rows) - 1
+
+
+def test_wrong_value_line_gets_the_lowest_reward(smol):
+    s = run_analysis([lookup_trace("pear", "7", False)], smol,
+                     methods={"rredcot": RredcotOptions(value="rhat")},
+                     segment_options=SegmentOptions(segments=4))
+    scores = [r["score"] for r in s.rows["rredcot"]]
+    assert min(range(len(scores)), key=scores.__getitem__) == len(scores) - 1
+    assert sum(scores) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_packed_equals_naive_on_the_embedded_model(smol):
+    t = lookup_trace("plum", "9", True)
+    t = Trace(t.id, t.prompt, t.response, t.answer, solution="The plum row says 9 dollars. "
+              "The final answer is $\\boxed{9}$.", outcome=1.0)
+    a = run_analysis([t], smol, methods={"rredcot": RredcotOptions()}).rows["rredcot"]
+    b = run_analysis([t], smol, methods={"rredcot": RredcotOptions(probe_mode="naive")}).rows["rredcot"]
+    for x, y in zip(a, b):
+        assert abs(x["r_hat"] - y["r_hat"]) < 1e-4 and abs(x["v_hat"] - y["v_hat"]) < 1e-4
