@@ -1,0 +1,200 @@
+"""Export per-segment scores as JSON Lines for training or for other tools.
+
+Formats:
+
+* ``trl-stepwise`` — TRL's *stepwise supervision* dataset type (the one its ``PRMTrainer``
+  trains process reward models on): one line per trace,
+  ``{"prompt": str, "completions": [str, ...], "labels": [bool, ...]}``, where ``completions``
+  are the trace's segment texts in segment order and ``labels[k]`` is ``score_k > threshold``.
+  Segment texts are written exactly as stored (their concatenation is the reasoning text); TRL
+  joins steps with its ``step_separator`` (default ``"\\n"``) when it tokenizes. A label cannot be
+  made from a NaN score, so traces with any NaN score are left out and reported in the result.
+* ``jsonl`` — one nested line per trace:
+  ``{"trace_id", "run_id", "method", "prompt", "segments": [{"segment", "text", "score",
+  "char_start", ..., method columns}]}``; NaN becomes ``null``.
+
+Both formats take one method's scores: a table holding several needs ``method``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cotcredit.errors import UserError
+
+__all__ = ["EXPORT_FORMATS", "ExportResult", "export_scores"]
+
+EXPORT_FORMATS = ("trl-stepwise", "jsonl")
+_REQUIRED = ("trace_id", "segment", "method", "score", "text")
+# Columns that describe the record, not a segment; everything else goes into each segment.
+_RECORD_COLUMNS = ("trace_id", "method", "run_id")
+_SEGMENT_FIRST = (
+    "segment",
+    "text",
+    "score",
+    "char_start",
+    "char_end",
+    "token_start",
+    "token_end",
+    "n_tokens",
+)
+
+
+@dataclass
+class ExportResult:
+    """What ``export_scores`` wrote: the file, the method, lines written, traces left out."""
+
+    path: Path
+    format: str
+    method: str
+    n_written: int
+    skipped_nan: list[str] = field(default_factory=list)
+
+
+def _json_value(value: Any) -> Any:
+    """A JSON-safe Python value: numpy scalars unwrapped, NaN/inf and missing values as None."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, np.ndarray):
+        return [_json_value(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def _choose_method(scores: pd.DataFrame, method: str | None) -> str:
+    methods = sorted(pd.unique(scores["method"].astype(str)))
+    if method is None:
+        if len(methods) == 1:
+            return methods[0]
+        raise UserError(
+            f"the scores hold {len(methods)} methods ({', '.join(methods)}); "
+            "choose one with --method"
+        )
+    if method not in methods:
+        raise UserError(
+            f"method {method!r} is not in the scores (they hold: {', '.join(methods)}); "
+            "choose one with --method"
+        )
+    return method
+
+
+def export_scores(
+    scores: pd.DataFrame,
+    prompts: Mapping[str, str],
+    out: Path,
+    *,
+    format: str = "trl-stepwise",
+    threshold: float = 0.0,
+    method: str | None = None,
+) -> ExportResult:
+    """Write one JSON line per trace of ``method``'s scores to ``out`` (see the module docstring).
+
+    Args:
+        scores: a tidy score table (one row per trace, segment and method).
+        prompts: trace id -> prompt text; every exported trace needs one.
+        out: the JSON Lines file to write (replaced atomically; parent folders created).
+        format: ``"trl-stepwise"`` or ``"jsonl"``.
+        threshold: ``trl-stepwise`` labels are ``score > threshold``.
+        method: the method to export; required when the table holds several.
+
+    Returns:
+        An ``ExportResult``; ``skipped_nan`` lists the traces a ``trl-stepwise`` export left out
+        because a score was NaN.
+    """
+    if format not in EXPORT_FORMATS:
+        raise UserError(
+            f"unknown export format {format!r}; choose one of {', '.join(EXPORT_FORMATS)}"
+        )
+    missing = [c for c in _REQUIRED if c not in scores.columns]
+    if missing:
+        raise UserError(f"the score table lacks column(s) {', '.join(missing)}")
+    if scores.empty:
+        raise UserError("the score table is empty; there is nothing to export")
+    chosen = _choose_method(scores, method)
+    rows = scores.loc[scores["method"].astype(str) == chosen].copy()
+    rows["trace_id"] = rows["trace_id"].astype(str)
+    if rows.duplicated(["trace_id", "segment"]).any():
+        dup = rows.loc[rows.duplicated(["trace_id", "segment"])].iloc[0]
+        raise UserError(
+            f"trace {dup['trace_id']!r}: segment {int(dup['segment'])} of {chosen!r} appears "
+            "more than once; remove the duplicated rows"
+        )
+    trace_ids = [str(t) for t in pd.unique(rows["trace_id"])]
+    no_prompt = [t for t in trace_ids if t not in prompts]
+    if no_prompt:
+        shown = ", ".join(repr(t) for t in no_prompt[:5])
+        more = f" and {len(no_prompt) - 5} more" if len(no_prompt) > 5 else ""
+        raise UserError(
+            f"no prompt for {len(no_prompt)} trace(s) ({shown}{more}); "
+            "pass the traces file the scores were computed from"
+        )
+
+    # Segment-level columns: the standard ones first, then the method's own non-empty columns.
+    extra = [
+        c
+        for c in rows.columns
+        if c not in _RECORD_COLUMNS and c not in _SEGMENT_FIRST and rows[c].notna().any()
+    ]
+    seg_cols = [c for c in _SEGMENT_FIRST if c in rows.columns] + extra
+
+    lines: list[str] = []
+    skipped: list[str] = []
+    rows = rows.sort_values(["trace_id", "segment"], kind="stable")
+    groups = dict(iter(rows.groupby("trace_id", sort=False)))
+    for tid in trace_ids:
+        group = groups[tid]
+        texts = group["text"].fillna("").astype(str).tolist()
+        score = group["score"].to_numpy(dtype="float64")
+        if format == "trl-stepwise":
+            if not np.isfinite(score).all():
+                skipped.append(tid)
+                continue
+            record: dict[str, Any] = {
+                "prompt": prompts[tid],
+                "completions": texts,
+                "labels": [bool(s > threshold) for s in score],
+            }
+        else:
+            run_ids = group["run_id"].dropna().unique() if "run_id" in group else []
+            record = {
+                "trace_id": tid,
+                "run_id": _json_value(run_ids[0]) if len(run_ids) == 1 else None,
+                "method": chosen,
+                "prompt": prompts[tid],
+                "segments": [
+                    {c: _json_value(v) for c, v in zip(seg_cols, values, strict=True)}
+                    for values in group[seg_cols].itertuples(index=False, name=None)
+                ],
+            }
+        lines.append(json.dumps(record, ensure_ascii=False, allow_nan=False))
+
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "x", encoding="utf-8") as fh:
+            fh.write("".join(line + "\n" for line in lines))
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"{out}: cannot write ({' '.join(str(exc).split())})") from None
+    return ExportResult(
+        path=out, format=format, method=chosen, n_written=len(lines), skipped_nan=skipped
+    )
