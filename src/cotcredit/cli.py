@@ -806,6 +806,90 @@ def attribute(
 
 
 @app.command()
+def compare(
+    inputs: Annotated[list[Path], typer.Argument(help="A JSONL file of traces (runs the methods), or with --scores: Parquet score files.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Report folder.")] = Path("report"),
+    methods: Annotated[str, typer.Option("--methods", help="Comma-separated methods run on one shared segmentation: rredcot, mc, loo, shapley, gradient.")] = "rredcot,mc,loo",
+    scores: Annotated[bool, typer.Option("--scores", help="Correlate existing Parquet score files instead of running methods.")] = False,
+    config: Annotated[Path | None, typer.Option(help="YAML/TOML/JSON file of method options: {mc: {rollouts: 8}, rredcot: {value: rhat}}.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="METHOD.OPTION=VALUE, repeatable (e.g. --set mc.rollouts=4).")] = None,
+    rollouts: Annotated[int | None, typer.Option(help="mc: completions per boundary.")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help="mc: maximum tokens per completion.")] = None,
+    shapley_samples: Annotated[int | None, typer.Option(help="shapley: orderings sampled when K is large.")] = None,
+    reference: Annotated[str, typer.Option(help="Method the position and top-1 analyses compare against.")] = "mc",
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples of traces for the CIs.")] = 2000,
+    min_segments: Annotated[int, typer.Option(help="Traces with fewer segments are counted, not correlated.")] = 3,
+    segments: Segments = 8, keywords: Keywords = None, merge: Merge = "pair",
+    min_tokens: MinTokens = 1, max_tokens: MaxTokens = None, segments_file: SegmentsFile = None,
+    model: Model = None, device: Device = "auto", dtype: Dtype = "auto",
+    chat_template: ChatTemplate = True, system_prompt: SystemPrompt = None, truncate: Truncate = False,
+    on_error: OnError = "raise", max_traces: MaxTraces = None, shard: Shard = None, overwrite: Overwrite = False,
+    prompt_field: PromptField = None, response_field: ResponseField = None, answer_field: AnswerField = None,
+    solution_field: SolutionField = None, outcome_field: OutcomeField = None, id_field: IdField = None,
+    quiet: Quiet = False,
+) -> None:
+    """Run several methods on one segmentation (or read their scores) and correlate them.
+
+    Writes <method>.parquet per method, correlations.parquet, report.md, a self-contained
+    report.html and PNG figures into the output folder, and prints a summary table.
+    """
+    from cotcredit.compare import compare_scores, method_options, run_methods
+
+    if scores:
+        score_files = inputs
+    else:
+        if len(inputs) != 1:
+            raise UserError("compare: give one traces file, or --scores with Parquet score files")
+        opts = method_options(methods, config, set_, rollouts=rollouts, max_new_tokens=max_new_tokens,
+                              shapley_samples=shapley_samples)
+        inp = _inputs(on_error, max_traces, shard, prompt_field, response_field, answer_field,
+                      solution_field, outcome_field, id_field)
+        seg = _segment_options(segments, keywords, merge, min_tokens, max_tokens)
+        scorer = _scorer(model, device, dtype, chat_template, system_prompt, truncate)
+        summary, score_files = run_methods(inputs[0], scorer, opts, output, segment_options=seg,
+                                           segments_file=segments_file, inputs=inp,
+                                           overwrite=overwrite, progress=not quiet)
+        _report(summary, quiet)
+    result = compare_scores(score_files, output, reference=reference, n_boot=bootstrap,
+                            min_segments=min_segments)
+    if not quiet:
+        from cotcredit.report import summary_table
+
+        out.print(summary_table(result.correlations))
+        err.print(f"report: {result.files.html}", highlight=False)
+
+
+@app.command()
+def export(
+    scores: Annotated[Path, typer.Argument(help="Parquet file of segment scores.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="JSON Lines file to write.")] = Path("prm.jsonl"),
+    traces: Annotated[Path | None, typer.Option(help="The traces JSONL the scores came from (for the prompts).")] = None,
+    format: Annotated[str, typer.Option("--format", help="trl-stepwise: TRL stepwise-supervision (prompt, completions, labels); jsonl: nested records.")] = "trl-stepwise",
+    threshold: Annotated[float, typer.Option(help="trl-stepwise: label = score > threshold.")] = 0.0,
+    method: Annotated[str | None, typer.Option(help="Method to export when the file holds several.")] = None,
+    prompt_field: PromptField = None, response_field: ResponseField = None, answer_field: AnswerField = None,
+    id_field: IdField = None,
+) -> None:
+    """Export one method's segment credits, e.g. as labels for a process reward model."""
+    import pandas as pd
+
+    from cotcredit.export import export_scores
+    from cotcredit.report import load_scores
+
+    if traces is None:
+        raise UserError("export: pass --traces traces.jsonl (the prompts are read from it)")
+    inp = _inputs("skip", None, None, prompt_field, response_field, answer_field, None, None, id_field)
+    from cotcredit.traces import read_traces
+
+    prompts = {t.id: t.prompt for t in read_traces(traces, inp.fields, on_error="skip").traces}
+    table: pd.DataFrame = load_scores([scores])
+    res = export_scores(table, prompts, output, format=format, threshold=threshold, method=method)
+    err.print(f"{res.n_written} trace(s) of {res.method} -> {res.path}"
+              + (f" ({len(res.skipped_nan)} left out: NaN scores)" if res.skipped_nan else ""),
+              highlight=False)
+
+
+@app.command()
 def version() -> None:
     """Print the cotcredit version."""
     from cotcredit import __version__
