@@ -889,6 +889,70 @@ def export(
               highlight=False)
 
 
+@app.command("merge")
+def merge_cmd(
+    inputs: Annotated[
+        list[Path],
+        typer.Argument(help="Parquet files written by the shards of one run (--shard i/n)."),
+    ],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Parquet file to write.")],
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
+    quiet: Quiet = False,
+) -> None:
+    """Join shard outputs of one run into one table.
+
+    Every input must hold the same run (one run_id: same model, segmentation, methods and
+    options) and no trace may be in two inputs; anything else is refused. The run metadata is
+    kept, with the list of merged files. Rows keep their values; only the file changes.
+    """
+    from cotcredit.merge import merge_tables
+
+    summary = merge_tables(inputs, output, overwrite=overwrite)
+    for note in summary.notes:
+        err.print(f"note: {note}", markup=False, highlight=False)
+    if not quiet:
+        err.print(
+            f"merged {len(summary.inputs)} file(s): {summary.traces} trace(s), "
+            f"{summary.rows} row(s) -> {summary.output}",
+            markup=False,
+            highlight=False,
+        )
+
+
+@app.command()
+def train(
+    config: Annotated[Path, typer.Argument(help="YAML config of the run (see examples/train/).")],
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue from the last checkpoint in output_dir.")
+    ] = False,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="Override grpo.max_steps of the config.")
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option(help="Delete checkpoints and logs already in output_dir, start over.")
+    ] = False,
+) -> None:
+    """GRPO on a problem set, with plain (advantage: grpo) or RREDCoT token advantages.
+
+    Writes checkpoints, metrics.jsonl, eval.json (accuracy before/after on eval_file),
+    reward_curve.png and config.yaml to output_dir. Several GPUs:
+    `accelerate launch -m cotcredit train config.yaml`.
+    """
+    from cotcredit.train.run import train as run_training
+
+    result = run_training(config, resume=resume, max_steps=max_steps, overwrite=overwrite)
+    evaluation = ""
+    if result.eval and result.eval.get("after"):
+        before, after = result.eval["before"]["accuracy"], result.eval["after"]["accuracy"]
+        evaluation = f", eval accuracy {before:.3f} -> {after:.3f}"
+    err.print(
+        f"trained to step {result.global_step} in {result.seconds:.0f} s{evaluation}; "
+        f"outputs in {result.output_dir}",
+        markup=False,
+        highlight=False,
+    )
+
+
 @app.command()
 def version() -> None:
     """Print the cotcredit version."""
@@ -899,25 +963,29 @@ def version() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning user errors into one line and exit status 2."""
+    interrupted = "interrupted: finished traces are saved; rerun the same command to resume"
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
     except UserError as e:
         err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        err.print("interrupted: finished traces are saved; rerun the same command to resume")
+        err.print(interrupted)
         sys.exit(130)
     except SystemExit:
         raise
-    except Exception as e:  # click's usage errors
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
+    except Exception as e:  # usage errors: typer vendors its own click (typer._click)
+        if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
             e.show()
             sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Abort):
+        if type(e).__name__ == "Abort":
             sys.exit(130)
         raise
+    # Not standalone, typer turns Ctrl-C into a *returned* 130.
+    if rc == 130:
+        err.print(interrupted)
+    if isinstance(rc, int) and rc:
+        sys.exit(rc)
 
 
 if __name__ == "__main__":

@@ -156,6 +156,35 @@ def locate_model(name: str | None) -> tuple[str, str]:
     return str(folder), label
 
 
+def model_fingerprint(folder: str | Path) -> str:
+    """Content hash of a local model folder ('' for a hub id, whose revision identifies it).
+
+    Small files (config, tokenizer, chat template) are hashed whole, weight files by size and
+    three 1 MiB samples, so a checkpoint retrained in place gets a new fingerprint and one model
+    copied to another path keeps its own.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return ""
+    h = hashlib.sha256()
+    chunk = 1 << 20
+    for f in sorted(folder.iterdir()):
+        if not f.is_file() or f.name.startswith(".") or f.suffix == ".md":
+            continue
+        if f.name == "cotcredit_source.json":  # names the GGUF's path, not content
+            continue
+        size = f.stat().st_size
+        h.update(f"{f.name}:{size}\n".encode())
+        with open(f, "rb") as fh:
+            if size <= 4 * chunk:
+                h.update(fh.read())
+                continue
+            for pos in (0, size // 2, size - chunk):
+                fh.seek(pos)
+                h.update(fh.read(chunk))
+    return h.hexdigest()[:16]
+
+
 _LOADED: dict[tuple, Scorer] = {}
 
 
@@ -183,6 +212,7 @@ def load_scorer(options: ModelOptions | None = None) -> Scorer:
         ) from None
     model.to(device).eval()
     scorer = Scorer(model, tok, options=options, name=label)
+    scorer.fingerprint = model_fingerprint(path)
     _LOADED[key] = scorer
     return scorer
 
@@ -278,6 +308,7 @@ class Scorer:
         self.dtype = next(model.parameters()).dtype
         # Query tokens per packed pass: bounds the (queries x keys) mask and attention memory.
         self.query_budget = query_budget or (4096 if self.device.type == "cuda" else 1024)
+        self.fingerprint = ""  # content hash of a local model folder (set by load_scorer)
         self._prefix_terminators: dict[str, tuple[int, ...]] = {}
 
     def with_options(self, options: ModelOptions) -> Scorer:
@@ -301,10 +332,22 @@ class Scorer:
             "revision": getattr(cfg, "_commit_hash", None) or "",
             "architecture": (getattr(cfg, "architectures", None) or [type(self.model).__name__])[0],
             "dtype": str(self.dtype).replace("torch.", ""),
-            "device": str(self.device),
+            # The device type, not its index: shards run on cuda:0 and cuda:1 are one run.
+            "device": self.device.type,
             "chat_template": self.uses_chat_template,
             "system_prompt": self.options.system_prompt,
+            "truncate": self.options.truncate,
+            "weights": self.fingerprint,
         }
+
+    def run_identity(self) -> dict:
+        """`describe()` for run keys: without the model's path when its content fingerprint is
+        known, so shards on machines holding the model in different folders are one run."""
+        d = self.describe()
+        if d["weights"]:
+            d.pop("model")
+            d.pop("model_path")
+        return d
 
     # ---- tokenization --------------------------------------------------------------------
     @property
@@ -456,14 +499,40 @@ class Scorer:
         if base.cache is None:
             raise ValueError("score_continuations needs a TracePass with keep_cache=True")
         L = len(base.ids)
-        results: list[ContinuationScore | None] = [None] * len(conts)
-        order = list(range(len(conts)))
-        groups, cur, cur_len = [], [], 0
-        for i in order:
-            c = conts[i]
+        for c in conts:
             if not 1 <= c.prefix_len <= L:
                 raise ValueError(f"prefix_len {c.prefix_len} outside 1..{L}")
-            size = len(c.ids) + 1
+        results: list[ContinuationScore | None] = [None] * len(conts)
+        pending = self._pack(conts, range(len(conts)))
+        while pending:
+            group = pending.pop(0)
+            try:
+                scores = self._score_group(base, conts, group)
+            except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError
+                if not is_oom(e):
+                    raise
+                _restore_cache(base.cache, L)
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                if self.query_budget <= MIN_QUERY_BUDGET:
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                    raise UserError(
+                        f"out of memory scoring probes even with {self.query_budget} query tokens "
+                        f"per pass ({first}); use a shorter trace, --dtype bfloat16 or a larger GPU"
+                    ) from None
+                # Halve the packed pass and retry this group; later calls keep the smaller size.
+                self.query_budget = max(MIN_QUERY_BUDGET, self.query_budget // 2)
+                pending = self._pack(conts, group) + pending
+                continue
+            for i, r in zip(group, scores):
+                results[i] = r
+        return results  # type: ignore[return-value]
+
+    def _pack(self, conts: Sequence[Continuation], indices) -> list[list[int]]:
+        """Split continuation indices into groups of at most `query_budget` query tokens."""
+        groups, cur, cur_len = [], [], 0
+        for i in indices:
+            size = len(conts[i].ids) + 1
             if cur and cur_len + size > self.query_budget:
                 groups.append(cur)
                 cur, cur_len = [], 0
@@ -471,33 +540,37 @@ class Scorer:
             cur_len += size
         if cur:
             groups.append(cur)
+        return groups
+
+    def _score_group(
+        self, base: TracePass, conts: Sequence[Continuation], group: list[int]
+    ) -> list[ContinuationScore]:
+        """One packed pass over the blocks of `group` on top of `base.cache`."""
+        L = len(base.ids)
         min_val = torch.finfo(self.dtype).min
-        for group in groups:
-            tokens, positions, blocks = [], [], []
-            for i in group:
-                c = conts[i]
-                blocks.append((len(tokens), c))
-                tokens += [base.ids[c.prefix_len - 1], *c.ids]
-                positions += list(range(c.prefix_len - 1, c.prefix_len + len(c.ids)))
-            Q = len(tokens)
-            mask = torch.full((Q, L + Q), min_val, dtype=self.dtype, device=self.device)
-            for off, c in blocks:
-                size = len(c.ids) + 1
-                mask[off : off + size, : c.prefix_len - 1] = 0
-                causal = torch.ones(size, size, dtype=torch.bool, device=self.device).tril()
-                sub = mask[off : off + size, L + off : L + off + size]
-                sub[causal] = 0
-            out = self._decoder()(
-                input_ids=torch.tensor([tokens], device=self.device),
-                position_ids=torch.tensor([positions], device=self.device),
-                attention_mask=mask[None, None],
-                cache=base.cache,
-                use_cache=True,
-            )
-            base.cache.crop(-Q)  # remove the probe tokens again
-            for i, r in zip(group, self._score_block_outputs(out.last_hidden_state[0], blocks)):
-                results[i] = r
-        return results  # type: ignore[return-value]
+        tokens, positions, blocks = [], [], []
+        for i in group:
+            c = conts[i]
+            blocks.append((len(tokens), c))
+            tokens += [base.ids[c.prefix_len - 1], *c.ids]
+            positions += list(range(c.prefix_len - 1, c.prefix_len + len(c.ids)))
+        Q = len(tokens)
+        mask = torch.full((Q, L + Q), min_val, dtype=self.dtype, device=self.device)
+        for off, c in blocks:
+            size = len(c.ids) + 1
+            mask[off : off + size, : c.prefix_len - 1] = 0
+            causal = torch.ones(size, size, dtype=torch.bool, device=self.device).tril()
+            sub = mask[off : off + size, L + off : L + off + size]
+            sub[causal] = 0
+        out = self._decoder()(
+            input_ids=torch.tensor([tokens], device=self.device),
+            position_ids=torch.tensor([positions], device=self.device),
+            attention_mask=mask[None, None],
+            cache=base.cache,
+            use_cache=True,
+        )
+        base.cache.crop(-Q)  # remove the probe tokens again
+        return self._score_block_outputs(out.last_hidden_state[0], blocks)
 
     @torch.no_grad()
     def score_continuations_naive(
@@ -522,23 +595,63 @@ class Scorer:
         batch_size: int = 8,
     ) -> list[float]:
         """Sum of log-probs of the last `target_lens[i]` tokens of each sequence (+ terminator
-        mass), batched with right padding. Used for perturbed traces (attribution)."""
+        mass), batched with right padding. Used for perturbed traces (attribution).
+        On out-of-memory the batch halves (down to one sequence) and is retried."""
         scores: list[float] = []
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        for s in range(0, len(seqs), batch_size):
+        s = 0
+        while s < len(seqs):
             batch = seqs[s : s + batch_size]
-            width = max(len(q) for q in batch)
-            x = torch.full((len(batch), width), pad, dtype=torch.long, device=self.device)
-            att = torch.zeros((len(batch), width), dtype=torch.long, device=self.device)
-            for j, q in enumerate(batch):
-                x[j, : len(q)] = torch.tensor(list(q), device=self.device)
-                att[j, : len(q)] = 1
-            h = self._decoder()(input_ids=x, attention_mask=att).last_hidden_state
-            for j, q in enumerate(batch):
-                n, t = len(q), target_lens[s + j]
-                c = Continuation(prefix_len=n - t, ids=list(q[n - t :]), terminators=terminators)
-                scores.append(self._score_block_outputs(h[j, n - t - 1 : n], [(0, c)])[0].logprob)
+            try:
+                got = self._score_batch(batch, target_lens[s : s + len(batch)], terminators, pad)
+            except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError
+                if not is_oom(e):
+                    raise
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                if batch_size == 1:
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                    raise UserError(
+                        f"out of memory scoring one sequence of {len(batch[0])} tokens ({first}); "
+                        "use a shorter trace, --dtype bfloat16 or a larger GPU"
+                    ) from None
+                batch_size = max(1, batch_size // 2)
+                continue
+            scores += got
+            s += len(batch)
         return scores
+
+    def _score_batch(self, batch, target_lens, terminators, pad) -> list[float]:
+        width = max(len(q) for q in batch)
+        x = torch.full((len(batch), width), pad, dtype=torch.long, device=self.device)
+        att = torch.zeros((len(batch), width), dtype=torch.long, device=self.device)
+        for j, q in enumerate(batch):
+            x[j, : len(q)] = torch.tensor(list(q), device=self.device)
+            att[j, : len(q)] = 1
+        h = self._decoder()(input_ids=x, attention_mask=att).last_hidden_state
+        out = []
+        for j, q in enumerate(batch):
+            n, t = len(q), target_lens[j]
+            c = Continuation(prefix_len=n - t, ids=list(q[n - t :]), terminators=terminators)
+            out.append(self._score_block_outputs(h[j, n - t - 1 : n], [(0, c)])[0].logprob)
+        return out
+
+
+MIN_QUERY_BUDGET = 64  # query tokens per packed pass below which out-of-memory is an error
+
+
+def is_oom(e: BaseException) -> bool:
+    """An accelerator out-of-memory error (CUDA, MPS, ...)."""
+    oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+    return isinstance(e, oom) or (isinstance(e, RuntimeError) and "out of memory" in str(e))
+
+
+def _restore_cache(cache, length: int) -> None:
+    """Cut every cache layer back to `length` tokens (a failed pass may have grown only some)."""
+    for layer in getattr(cache, "layers", []):
+        n = layer.get_seq_length() if getattr(layer, "is_initialized", True) else 0
+        if n > length:
+            layer.crop(-(n - length))
 
 
 def options_dict(obj) -> dict:

@@ -18,7 +18,7 @@ from cotcredit.errors import UserError
 from cotcredit.lm import Scorer
 from cotcredit.methods import TraceContext, get_method
 from cotcredit.segmentation import SegmentOptions, segment_encoded, segmentation_from_rows
-from cotcredit.tables import TableWriter, rows_by_trace, run_key
+from cotcredit.tables import TableWriter, check_finite, rows_by_trace, run_key
 from cotcredit.traces import FieldNames, Trace, TraceError, read_traces
 
 SEGMENTS = "segments"  # the output label of the segmentation itself
@@ -77,6 +77,8 @@ def load_traces(
     else:
         traces, skipped = list(source), []
     traces = [t for t in traces if in_shard(t.id, inputs.shard)]
+    if inputs.max_traces is not None and inputs.max_traces < 0:
+        raise UserError(f"--max-traces must be 0 or more, got {inputs.max_traces}")
     if inputs.max_traces is not None:
         traces = traces[: inputs.max_traces]
     return traces, skipped
@@ -175,9 +177,13 @@ def run_analysis(
             "methods": {n: _plain(opts[n]) for n in names if n in opts},
         }
         meta = {
-            "run_id": run_key(spec),
+            # The key covers every option that changes results; the model by content when its
+            # folder has a fingerprint (shards on machines with other paths are one run).
+            "run_id": run_key({**spec, "model": scorer.run_identity()}),
             "cotcredit_version": __version__,
             "created": time.time(),
+            # Which slice this file holds (not in the key: `cotcredit merge` joins the shards).
+            "shard": f"{inputs.shard[0]}/{inputs.shard[1]}" if inputs.shard else None,
             **spec,
         }
         writers[path] = TableWriter(path, meta, overwrite=overwrite)
@@ -255,6 +261,8 @@ def _score_trace(
         if note not in summary.notes:
             summary.notes.append(note)
     fwd.cache = None
+    for rs in rows.values():  # a NaN score is an error for this trace, never a silent row
+        check_finite(rs, trace.where)
     return rows
 
 

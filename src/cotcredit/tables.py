@@ -10,6 +10,8 @@ skips the traces already present, and a different run key is refused unless `ove
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import hashlib
 import json
 import math
@@ -51,11 +53,27 @@ def read_metadata(path: Path) -> dict:
     return json.loads(raw) if raw else {}
 
 
-def _check_finite(rows: list[dict], where: str) -> None:
+class NonFiniteScore(UserError):
+    """A method produced a NaN or infinite score without a `score_note` explaining it."""
+
+
+def check_finite(rows: list[dict], where: str) -> None:
+    """Refuse rows whose `score` is NaN or infinite (unless a `score_note` says why)."""
     for r in rows:
         v = r.get("score")
-        if isinstance(v, float) and not math.isfinite(v) and not r.get("score_note"):
-            raise ValueError(f"{where}: non-finite score for segment {r.get('segment')} ({v})")
+        try:
+            finite = v is None or isinstance(v, str) or math.isfinite(v)
+        except (TypeError, OverflowError):  # not a number / an int beyond float range
+            finite = True
+        if not finite and not r.get("score_note"):
+            raise NonFiniteScore(
+                f"{where}: non-finite score ({v}) for trace '{r.get('trace_id')}', method "
+                f"'{r.get('method', 'segments')}', segment {r.get('segment')}; the trace was not "
+                "written (with --dtype float16 try bfloat16 or float32)"
+            )
+
+
+_check_finite = check_finite  # old name
 
 
 class TableWriter:
@@ -78,21 +96,27 @@ class TableWriter:
                     f"{self.path}: exists but is not a readable Parquet file ({e}); "
                     "use --overwrite to replace it"
                 ) from None
-            if old_meta.get("run_id") != self.key:
+            # An empty table (a run that failed before its first trace) holds nothing to mix.
+            if old_meta.get("run_id") != self.key and old.num_rows:
                 raise UserError(
                     f"{self.path}: holds results of a different run (options, model or method "
                     f"differ: run_id {old_meta.get('run_id')} vs {self.key}); use another output "
                     "path or --overwrite"
                 )
-            self._batches.append(old)
-            self.done = set(old.column("trace_id").to_pylist())
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+            if old.num_rows:
+                self._batches.append(old)
+                self.done = set(old.column("trace_id").to_pylist())
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"{self.path}: cannot create its folder ({e.strerror or e})") from None
+        _remove_stale_temps(self.path)
 
     def append(self, rows: list[dict]) -> None:
         """Add one trace's rows and rewrite the file atomically."""
         if not rows:
             return
-        _check_finite(rows, str(self.path))
+        check_finite(rows, str(self.path))
         # Union of the rows' keys: from_pylist alone takes the columns of the first row only, and
         # the methods sharing one file each add their own columns.
         names = list(dict.fromkeys(k for r in rows for k in r))
@@ -114,8 +138,15 @@ class TableWriter:
         meta[META_KEY] = json.dumps(self.metadata, default=str).encode()
         table = table.replace_schema_metadata(meta)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, self.path)
+        try:
+            pq.write_table(table, tmp)
+            os.replace(tmp, self.path)
+        except BaseException as e:  # interrupted or failed: the old file stays, the temp goes
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            if isinstance(e, OSError):  # disk full, permissions, ...
+                raise UserError(f"{self.path}: cannot write ({e.strerror or e})") from None
+            raise
 
     def close(self) -> None:
         """Write an empty table if nothing was written (so the output always exists)."""
@@ -123,6 +154,20 @@ class TableWriter:
             schema = pa.schema(SEGMENT_COLUMNS)
             self._batches = [schema.empty_table()]
             self._flush()
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Delete temp files of `path` left by killed writers (their process no longer exists)."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 : -4]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # exists but not ours (PermissionError): leave it
+            pass
 
 
 def rows_by_trace(path: str | Path) -> dict[str, list[dict]]:

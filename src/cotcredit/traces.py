@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cotcredit.errors import UserError
 
-THINK_CLOSE = "</think>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 # Lines that state the final answer; the reasoning ends where the last run of them starts.
 _FINAL_LINE = re.compile(
@@ -74,8 +74,42 @@ class TraceError(UserError):
     """A bad trace line; str() is the one-line message `file:line: reason`."""
 
     def __init__(self, source: str, line: int, reason: str):
+        reason = one_line(reason)
         super().__init__(f"{source}:{line}: {reason}")
         self.source, self.line, self.reason = source, line, reason
+
+
+# Every character str.splitlines() breaks a line at.
+_LINE_BREAK = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """`text` safe to print as one line: line breaks and lone surrogates escaped."""
+    text = _LINE_BREAK.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _bad_text(value: str) -> str | None:
+    """Why a JSON string cannot be used as text (NUL, lone surrogate), or None."""
+    if "\x00" in value:
+        return "contains a NUL character (\\u0000)"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"contains a lone surrogate (\\u{ord(value[e.start]):04x}) at character {e.start}"
+    return None
+
+
+def decode_line(text: str, src: str, line: int) -> object:
+    """json.loads one line; every failure becomes a `TraceError` naming file and line."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TraceError(src, line, f"invalid JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise TraceError(src, line, "invalid JSON (nested too deeply)") from None
+    except ValueError as e:  # e.g. an integer literal over 4300 digits
+        raise TraceError(src, line, f"invalid JSON ({str(e).split(';')[0]})") from None
 
 
 def reasoning_end(response: str) -> int:
@@ -132,8 +166,13 @@ def _parse_outcome(value: object, key: str, src: str, line: int) -> float | None
         return None
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return float(value)
+    if isinstance(value, (int, float)):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond float range
+            number = math.inf
+        if math.isfinite(number):
+            return number
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return float(value.strip().lower() == "true")
     raise TraceError(
@@ -155,13 +194,16 @@ def parse_trace(obj: object, src: str, line: int, names: FieldNames = FieldNames
                 raise TraceError(src, line, f"missing {label} (tried {', '.join(aliases)})")
             return None
         if isinstance(value, (int, float)) and not isinstance(value, bool) and kind == "answer":
+            if isinstance(value, float) and not math.isfinite(value):
+                raise TraceError(src, line, f"field '{key}' must be a string, got {value}")
             value = str(value)
         if not isinstance(value, str):
             raise TraceError(
                 src, line, f"field '{key}' must be a string, got {type(value).__name__}"
             )
-        if "\x00" in value:
-            raise TraceError(src, line, f"field '{key}' contains a NUL character")
+        bad = _bad_text(value)
+        if bad:
+            raise TraceError(src, line, f"field '{key}' {bad}")
         if required and not value.strip():
             raise TraceError(src, line, f"field '{key}' is empty")
         return value if value.strip() else None
@@ -177,12 +219,18 @@ def parse_trace(obj: object, src: str, line: int, names: FieldNames = FieldNames
         tid = str(line)
     elif isinstance(ival, (str, int)) and not isinstance(ival, bool) and str(ival).strip():
         tid = str(ival)
+        bad = _bad_text(tid)
+        if bad:
+            raise TraceError(src, line, f"field '{ikey}' {bad}")
     else:
         raise TraceError(src, line, f"field '{ikey}' must be a non-empty string or integer")
     used = {k for group in names.__dict__.values() for k in group}
     extra = {k: v for k, v in obj.items() if k not in used}
     trace = Trace(tid, prompt, response, answer, solution, outcome, src, line, extra)
-    if not trace.reasoning.strip():
+    body = trace.reasoning.strip()
+    if body.startswith(THINK_OPEN):  # an empty thinking block ("<think>\n\n</think>") is none
+        body = body[len(THINK_OPEN) :].strip()
+    if not body:
         raise TraceError(src, line, "response has no reasoning before its final answer")
     return trace
 
@@ -230,16 +278,15 @@ def read_traces(
     traces: list[Trace] = []
     skipped: list[TraceError] = []
     seen: dict[str, int] = {}
+    try:
+        open(path, "rb").close()
+    except OSError as e:
+        raise UserError(f"{src}: cannot read ({e.strerror or e})") from None
     for n, line, err in iter_lines(path):
         try:
             if err:
                 raise TraceError(src, n, err)
-            try:
-                obj = json.loads(line)
-            except (json.JSONDecodeError, RecursionError) as e:
-                msg = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
-                raise TraceError(src, n, f"invalid JSON ({msg})") from None
-            trace = parse_trace(obj, src, n, names)
+            trace = parse_trace(decode_line(line, src, n), src, n, names)
             if trace.id in seen:
                 raise TraceError(
                     src, n, f"duplicate id '{trace.id}' (first on line {seen[trace.id]})"
