@@ -88,3 +88,19 @@ def test_exit_string_choice_and_errors(scorer: Scorer, traces_file):
     with pytest.raises(UserError, match="does not tokenize cleanly"):
         answer_forcing(scorer, t1, ForcingOptions(exit_string="\ufffe\udcff"))
     assert not answer_forcing(scorer, t1, ForcingOptions(exit_string="Answer: ")).terminators
+
+
+def test_trace_without_solution_first_then_with(scorer, traces_file, tmp_path):
+    """A column that is all None in the first trace (v̂) must take values from later ones."""
+    import json
+
+    lines = traces_file.read_text().splitlines()
+    p = tmp_path / "reordered.jsonl"
+    p.write_text("\n".join([lines[1], lines[0], lines[2]]) + "\n")
+    out = tmp_path / "r.parquet"
+    run_analysis(p, scorer, methods={"rredcot": None}, outputs={"rredcot": out},
+                 segment_options=SegmentOptions(segments=3))
+    df = pd.read_parquet(out)
+    assert df[df.trace_id == "t2"].v_hat.isna().all()
+    assert df[df.trace_id == "t1"].v_hat.notna().all() and df.v_hat.dtype == "float64"
+    assert json.loads(lines[0])["id"] == "t1"

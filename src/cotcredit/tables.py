@@ -121,12 +121,8 @@ class TableWriter:
         # the methods sharing one file each add their own columns.
         names = list(dict.fromkeys(k for r in rows for k in r))
         table = pa.Table.from_pylist([{k: r.get(k) for k in names} for r in rows])
-        if self._batches:
-            table = (
-                table.cast(self._batches[0].schema)
-                if table.schema.names == self._batches[0].schema.names
-                else table
-            )
+        # No cast to the first trace's schema: a column that was all None there (e.g. v_hat of a
+        # trace without solution) is typed null; concat_tables promotes it permissively.
         self._batches.append(table)
         self.done.update(r["trace_id"] for r in rows)
         self._flush()

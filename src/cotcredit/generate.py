@@ -1,0 +1,357 @@
+"""Sampling graded traces from a problem set: what `cotcredit generate` does.
+
+A problem line holds a prompt and a reference answer, optionally a reference solution and an id
+(the same field aliases and line-numbered errors as traces; default id: the line number). For
+each problem the model samples `samples` responses (the same generator as the Monte Carlo
+baseline, `generation.py`); each response is graded against the reference answer
+(`grading.grade_completion`) and written as one trace line that every analysis command reads:
+
+    {"id": "<problem id>-s<j>", "prompt", "response", "answer", "solution", "correct",
+     "problem_id", "sample", "extracted_answer", "finish_reason", "n_tokens", "model",
+     "temperature", "top_p", "max_new_tokens", "seed", "backend", "chat_template",
+     "system_prompt"}
+
+`prompt` is the problem's own text: analysis commands render it with the chat template again, so
+run them with the same --chat-template/--system-prompt. The lines of a problem are appended
+together (flush + fsync) as soon as it is sampled; a rerun skips problems whose samples are all
+in the file (a larger --samples adds the missing ones: sample j is the same whenever it is
+drawn, see `generation.py`) and refuses a file written with other sampling options unless
+`overwrite`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cotcredit import grading
+from cotcredit.errors import UserError
+from cotcredit.generation import SamplingOptions, get_generator
+from cotcredit.traces import FieldNames, TraceError, iter_lines, parse_trace
+
+_RESPONSE_KEY = "\x00cotcredit-response"  # placeholder response field: problems have none
+# Fields of an output line that must match for a file to be resumed.
+_RUN_FIELDS = ("model", "temperature", "top_p", "max_new_tokens", "seed", "backend",
+               "chat_template", "system_prompt")
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """How traces are sampled from problems."""
+
+    samples: int = 4  # responses per problem
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 1024
+    seed: int = 0
+    batch_size: int | None = None
+    backend: str = "hf"
+
+    def sampling(self) -> SamplingOptions:
+        return SamplingOptions(n=self.samples, temperature=self.temperature, top_p=self.top_p,
+                               max_new_tokens=self.max_new_tokens, seed=self.seed,
+                               batch_size=self.batch_size, backend=self.backend)
+
+    def validate(self) -> GenerateOptions:
+        if self.samples < 1:
+            raise UserError(f"--samples must be at least 1, got {self.samples}")
+        self.sampling().validate()
+        return self
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: prompt, reference answer, optional reference solution."""
+
+    id: str
+    prompt: str
+    answer: str
+    solution: str | None = None
+    source: str = "<memory>"
+    line: int = 0
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+def parse_problem(obj: object, src: str, line: int, names: FieldNames = FieldNames()) -> Problem:
+    """A `Problem` from one decoded JSON value, validated exactly like a trace (minus the
+    response), or a `TraceError`."""
+    if isinstance(obj, dict):
+        obj = {**obj, _RESPONSE_KEY: "."}
+    t = parse_trace(obj, src, line, names.override(response=_RESPONSE_KEY))
+    return Problem(t.id, t.prompt, t.answer, t.solution, src, line, t.extra)
+
+
+def read_problems(path: str | Path, names: FieldNames = FieldNames(), on_error: str = "raise",
+                  max_problems: int | None = None) -> tuple[list[Problem], list[str]]:
+    """Problems of a JSONL file and the messages of lines skipped with on_error="skip"."""
+    path = Path(path)
+    src = str(path)
+    if not path.exists():
+        raise UserError(f"{src}: no such file")
+    if path.is_dir():
+        raise UserError(f"{src}: is a directory, expected a JSONL file")
+    problems: list[Problem] = []
+    skipped: list[str] = []
+    seen: dict[str, int] = {}
+    for n, text, err in iter_lines(path):
+        try:
+            if err:
+                raise TraceError(src, n, err)
+            try:
+                obj = json.loads(text)
+            except (json.JSONDecodeError, RecursionError) as e:
+                msg = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+                raise TraceError(src, n, f"invalid JSON ({msg})") from None
+            p = parse_problem(obj, src, n, names)
+            if p.id in seen:
+                raise TraceError(src, n, f"duplicate id '{p.id}' (first on line {seen[p.id]})")
+            seen[p.id] = n
+        except TraceError as e:
+            if on_error != "skip":
+                raise
+            skipped.append(str(e))
+            continue
+        problems.append(p)
+        if max_problems is not None and len(problems) >= max_problems:
+            break
+    if not problems and not skipped:
+        raise UserError(f"{src}: no problems (the file is empty)")
+    return problems, skipped
+
+
+@dataclass
+class GenerateSummary:
+    """What a generate run did; counts cover every line of the output (resumed ones too)."""
+
+    output: Path
+    problems: int = 0  # problems in the output
+    sampled: int = 0  # problems sampled by this run
+    resumed: int = 0  # problems already complete in the output
+    samples: int = 0
+    correct: int = 0
+    truncated: int = 0
+    no_reasoning: int = 0  # responses the analysis commands cannot read (empty or answer only)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    completions_per_s: float = 0.0
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.samples if self.samples else float("nan")
+
+
+def _existing(path: Path, run: dict) -> dict[str, list[dict]]:
+    """Lines already in `path` by problem id; drops a half-written last line; refuses a file of
+    another run."""
+    if not path.exists():
+        return {}
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory; give a .jsonl file path")
+    raw = path.read_bytes()
+    if raw and not raw.endswith(b"\n"):  # killed mid-write: keep whole lines only
+        raw = raw[: raw.rfind(b"\n") + 1]
+        with open(path, "r+b") as fh:
+            fh.truncate(len(raw))
+    found: dict[str, list[dict]] = {}
+    for n, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            raise UserError(f"{path}:{n}: not a line written by `cotcredit generate` (invalid "
+                            "JSON); use another output path or --overwrite") from None
+        if not isinstance(obj, dict) or "problem_id" not in obj or "sample" not in obj:
+            raise UserError(f"{path}:{n}: not a line written by `cotcredit generate`; use another "
+                            "output path or --overwrite")
+        diff = [k for k in _RUN_FIELDS if obj.get(k) != run.get(k)]
+        if diff:
+            k = diff[0]
+            raise UserError(f"{path}: was generated with other options ({k} {obj.get(k)!r} vs "
+                            f"{run.get(k)!r} now); use another output path or --overwrite")
+        found.setdefault(str(obj["problem_id"]), []).append(obj)
+    return found
+
+
+def _trace_line(problem: Problem, j: int, completion, graded, run: dict) -> dict:
+    return {
+        "id": f"{problem.id}-s{j}",
+        "prompt": problem.prompt,
+        "response": completion.text,
+        "answer": problem.answer,
+        "solution": problem.solution,
+        "correct": bool(graded.correct),
+        "problem_id": problem.id,
+        "sample": j,
+        "extracted_answer": graded.answer,
+        "finish_reason": completion.finish_reason,
+        "n_tokens": len(completion.token_ids),
+        **run,
+    }
+
+
+def _usable(response: str) -> bool:
+    """Whether the analysis commands can read this response (it has reasoning text)."""
+    from cotcredit.traces import reasoning_end
+
+    return bool(response.strip()) and bool(response[: reasoning_end(response)].strip())
+
+
+def generate_traces(
+    problems: str | Path | Sequence[Problem],
+    output: str | Path,
+    *,
+    model=None,
+    options: GenerateOptions | None = None,
+    fields: FieldNames = FieldNames(),
+    on_error: str = "raise",
+    max_problems: int | None = None,
+    overwrite: bool = False,
+    progress: bool | Callable[[int, int, int], None] = False,
+) -> GenerateSummary:
+    """Sample `options.samples` graded responses per problem and append them to `output` as
+    trace lines (see the module docstring). `model`: a Scorer, ModelOptions, a model name or
+    None (embedded). `progress`: True for a rich bar, or a callback (problems done, samples,
+    correct) called after each problem."""
+    from cotcredit.lm import ModelOptions, Scorer, load_scorer
+
+    t0 = time.perf_counter()
+    options = (options or GenerateOptions()).validate()
+    scorer = model if isinstance(model, Scorer) else load_scorer(
+        model if isinstance(model, ModelOptions) else ModelOptions(model=model))
+    if isinstance(problems, (str, Path)):
+        plist, skipped = read_problems(problems, fields, on_error, max_problems)
+    else:
+        plist, skipped = list(problems)[:max_problems], []
+    output = Path(output)
+    run = {"model": scorer.name, "temperature": options.temperature, "top_p": options.top_p,
+           "max_new_tokens": options.max_new_tokens, "seed": options.seed,
+           "backend": options.backend, "chat_template": scorer.uses_chat_template,
+           "system_prompt": scorer.options.system_prompt if scorer.uses_chat_template else None}
+    if overwrite and output.exists() and output.is_file():
+        output.unlink()
+    existing = _existing(output, run)
+    summary = GenerateSummary(output=output, errors=skipped)
+
+    def count(line: dict) -> None:
+        summary.samples += 1
+        summary.correct += bool(line.get("correct"))
+        summary.truncated += line.get("finish_reason") == "length"
+        summary.no_reasoning += not _usable(str(line.get("response", "")))
+
+    wanted = set(range(options.samples))
+    todo: list[Problem] = []
+    for p in plist:
+        have = {int(x["sample"]) for x in existing.get(p.id, [])}
+        if wanted <= have:
+            summary.resumed += 1
+        else:
+            todo.append(p)
+    for lines in existing.values():
+        for line in lines:
+            count(line)
+    summary.problems = len(existing)
+
+    gen = get_generator(scorer, options.backend)
+    sampling = options.sampling()
+    # Problems per generator call: enough rows to fill a batch, few enough to write often.
+    if options.backend == "vllm":
+        chunk = 256
+    else:
+        rows = options.batch_size or (64 if scorer.device.type == "cuda" else 16)
+        chunk = max(1, rows // options.samples)
+    bar = _Bar(len(todo), summary) if progress is True else None
+    t_gen = 0.0
+    n_gen = 0
+    output.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(output, "a", encoding="utf-8") as fh:
+            for s in range(0, len(todo), chunk):
+                part = todo[s : s + chunk]
+                part, prompts = _encode(scorer, part, options, on_error, summary)
+                if not part:
+                    continue
+                t1 = time.perf_counter()
+                outs = gen.generate(prompts, sampling, keys=[p.id for p in part])
+                t_gen += time.perf_counter() - t1
+                n_gen += sum(len(cs) for cs in outs)
+                for p, cs in zip(part, outs, strict=True):
+                    have = {int(x["sample"]) for x in existing.get(p.id, [])}
+                    lines = []
+                    for j, c in enumerate(cs):
+                        if j in have:
+                            continue
+                        graded = grading.grade_completion(c.text, p.answer)
+                        lines.append(_trace_line(p, j, c, graded, run))
+                    fh.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                    for x in lines:
+                        count(x)
+                    if p.id not in existing:
+                        summary.problems += 1
+                    summary.sampled += 1
+                    if bar:
+                        bar.advance()
+                    elif callable(progress):
+                        progress(summary.sampled, summary.samples, summary.correct)
+    finally:
+        if bar:
+            bar.stop()
+    summary.seconds = time.perf_counter() - t0
+    summary.completions_per_s = n_gen / t_gen if t_gen > 0 else 0.0
+    return summary
+
+
+def _encode(scorer, part: list[Problem], options: GenerateOptions, on_error: str,
+            summary: GenerateSummary) -> tuple[list[Problem], list[list[int]]]:
+    """Token ids of each problem's rendered prompt; too long ones are an error (or skipped)."""
+    kept, prompts = [], []
+    limit = scorer.max_context - options.max_new_tokens
+    for p in part:
+        ids = scorer.encode_prompt(p.prompt)
+        if len(ids) > limit:
+            where = f"{p.source}:{p.line}" if p.line else f"problem {p.id}"
+            msg = (f"{where}: prompt ({len(ids)} tokens) + --max-new-tokens "
+                   f"({options.max_new_tokens}) exceed the model's context of "
+                   f"{scorer.max_context} tokens")
+            if on_error != "skip":
+                raise UserError(msg)
+            summary.errors.append(msg)
+            continue
+        kept.append(p)
+        prompts.append(ids)
+    return kept, prompts
+
+
+class _Bar:
+    """A rich progress bar over problems showing the running accuracy."""
+
+    def __init__(self, total: int, summary: GenerateSummary):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.summary = summary
+        self.p = Progress(TextColumn("problems"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.description}"), TimeRemainingColumn(), transient=False)
+        self.task = self.p.add_task(self._text(), total=total)
+        self.p.start()
+
+    def _text(self) -> str:
+        s = self.summary
+        return f"accuracy {s.accuracy:.1%} ({s.correct}/{s.samples})" if s.samples else "accuracy -"
+
+    def advance(self) -> None:
+        self.p.update(self.task, advance=1, description=self._text())
+
+    def stop(self) -> None:
+        self.p.stop()

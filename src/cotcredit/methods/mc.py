@@ -1,0 +1,252 @@
+"""Monte Carlo rollout values: the unbiased (and expensive) reference RREDCoT approximates.
+
+State s_k = prompt + reasoning tokens [:b_k], with b_0 = 0 (the bare prompt) and b_K the end of
+the reasoning (segment k covers tokens b_(k-1)..b_k). From each scored state the model samples
+N completions c_(k,1..N) ~ π(· | s_k) (temperature, top-p, max new tokens, seed). Completion i is
+graded as the text reasoning[:b_k] + decode(c_(k,i)): its final answer is extracted and checked
+against the reference answer Y* with math-verify (`grading.grade_completion`; no answer = wrong).
+
+    n_k      = N                     (truncated="wrong": cut-off completions count as wrong)
+             = N − n_truncated_k     (truncated="drop":  they are left out)
+    V_k      = n_correct_k / n_k     (n_correct_k: correct completions that were not cut off)
+    stderr_k = sqrt(V_k (1 − V_k) / n_k)
+    credit_k = V_k − V_(k−1)         (segment k = 1..K)  ⇒  Σ_k credit_k = V_K − V_0
+
+A boundary whose rollouts were all cut off under "drop" has no value: its segments get score NaN
+with a `score_note`.
+
+`max_boundaries` = M < K + 1 scores only M evenly spaced boundaries, always 0 and K:
+b-index round(i·K/(M−1)), i = 0..M−1. V at the boundaries in between is interpolated linearly
+in the boundary index, so the credit V_b − V_a of a span of segments a+1..b is spread evenly
+over its segments; their rows say `interpolated` = True (their end was not scored: stderr NaN,
+counts 0). Σ credits is still V_K − V_0.
+
+Cost: all N·(K+1) rollouts of a trace go to the generator in one call (see `generation.py`:
+batched, shared prefill per state, prefix caching under vLLM). Each row (per segment) carries
+value_before, value_after (V at its start and end), stderr (of value_after), n_rollouts,
+n_correct, n_truncated (of its end boundary) and the trace totals trace_rollouts,
+trace_truncated. `save_rollouts` writes every completion to a Parquet file, per trace.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from cotcredit import grading
+from cotcredit.errors import UserError
+from cotcredit.generation import SamplingOptions, get_generator
+from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
+from cotcredit.tables import TableWriter, run_key
+
+
+@dataclass(frozen=True)
+class McOptions:
+    """Options of the Monte Carlo baseline."""
+
+    rollouts: int = 8  # N completions per boundary
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 1024
+    seed: int = 0
+    batch_size: int | None = None  # rows per generate call; None: automatic
+    backend: str = "hf"  # hf | vllm
+    truncated: str = "wrong"  # wrong | drop: completions cut off by max_new_tokens
+    max_boundaries: int | None = None  # score at most this many boundaries (evenly spaced)
+    save_rollouts: str | None = None  # Parquet file receiving every completion
+
+    def sampling(self) -> SamplingOptions:
+        return SamplingOptions(n=self.rollouts, temperature=self.temperature, top_p=self.top_p,
+                               max_new_tokens=self.max_new_tokens, seed=self.seed,
+                               batch_size=self.batch_size, backend=self.backend)
+
+    def validate(self) -> McOptions:
+        if self.rollouts < 1:
+            raise UserError(f"--rollouts must be at least 1, got {self.rollouts}")
+        if self.truncated not in ("wrong", "drop"):
+            raise UserError(f"--truncated must be wrong or drop, got '{self.truncated}'")
+        if self.max_boundaries is not None and self.max_boundaries < 2:
+            raise UserError(f"--max-boundaries must be at least 2 (the prompt and the full "
+                            f"reasoning), got {self.max_boundaries}")
+        self.sampling().validate()
+        return self
+
+
+@dataclass
+class Rollout:
+    """One graded completion from boundary `boundary` (index k of state s_k)."""
+
+    boundary: int
+    token: int  # reasoning tokens in the state (b_k)
+    sample: int
+    text: str  # generated text (the state's reasoning prefix is not repeated)
+    n_tokens: int
+    answer: str | None
+    correct: bool
+    truncated: bool
+
+
+@dataclass
+class BoundaryValue:
+    """V_k from the rollouts of one scored boundary."""
+
+    value: float
+    stderr: float
+    n_rollouts: int
+    n_correct: int
+    n_truncated: int
+
+
+def scored_boundaries(K: int, max_boundaries: int | None) -> list[int]:
+    """Indices 0..K of the boundaries to score: all, or M evenly spaced including 0 and K."""
+    if max_boundaries is None or max_boundaries >= K + 1:
+        return list(range(K + 1))
+    M = max_boundaries
+    return sorted({round(i * K / (M - 1)) for i in range(M)})
+
+
+def sample_rollouts(ctx: TraceContext, options: McOptions, which: list[int]) -> list[Rollout]:
+    """Sample and grade N completions from each boundary index in `which`, in one generator call."""
+    enc, trace = ctx.encoded, ctx.trace
+    bounds = ctx.segmentation.boundaries
+    gen = get_generator(ctx.scorer, options.backend)
+    prompts = [enc.prefix(bounds[k]) for k in which]
+    # Keyed by trace and token offset: a state gets the same rollouts whatever else is scored.
+    keys = [f"{trace.id}@{bounds[k]}" for k in which]
+    completions = gen.generate(prompts, options.sampling(), keys=keys)
+    rollouts = []
+    for k, cs in zip(which, completions, strict=True):
+        prefix_text = trace.response[: enc.token_starts[bounds[k]]]
+        for j, c in enumerate(cs):
+            graded = grading.grade_completion(prefix_text + c.text, trace.answer)
+            rollouts.append(Rollout(k, bounds[k], j, c.text, len(c.token_ids), graded.answer,
+                                    bool(graded.correct), c.truncated))
+    return rollouts
+
+
+def boundary_value(rollouts: list[Rollout], policy: str) -> BoundaryValue:
+    """V_k, its standard error and counts under the truncation policy."""
+    n = len(rollouts)
+    n_trunc = sum(r.truncated for r in rollouts)
+    n_correct = sum(r.correct and not r.truncated for r in rollouts)
+    used = n - n_trunc if policy == "drop" else n
+    if used == 0:
+        return BoundaryValue(math.nan, math.nan, n, n_correct, n_trunc)
+    v = n_correct / used
+    return BoundaryValue(v, math.sqrt(v * (1 - v) / used), n, n_correct, n_trunc)
+
+
+def interpolate(K: int, measured: dict[int, float]) -> list[float]:
+    """V at every boundary 0..K: measured values, linear in the index in between."""
+    ks = sorted(measured)
+    values = [math.nan] * (K + 1)
+    for a, b in zip(ks, ks[1:], strict=False):
+        for k in range(a, b + 1):
+            t = (k - a) / (b - a)
+            values[k] = measured[a] if t == 0 else measured[b] if t == 1 else \
+                measured[a] + t * (measured[b] - measured[a])
+    if len(ks) == 1:
+        values[ks[0]] = measured[ks[0]]
+    return values
+
+
+def run(ctx: TraceContext, options: McOptions) -> MethodRows:
+    """MC rows for one trace: score = V_k − V_(k−1) per segment, with values and counts."""
+    K = len(ctx.segmentation.segments)
+    which = scored_boundaries(K, options.max_boundaries)
+    rollouts = sample_rollouts(ctx, options, which)
+    by_k: dict[int, list[Rollout]] = {k: [] for k in which}
+    for r in rollouts:
+        by_k[r.boundary].append(r)
+    stats = {k: boundary_value(by_k[k], options.truncated) for k in which}
+    V = interpolate(K, {k: s.value for k, s in stats.items()})
+    if options.save_rollouts:
+        save_rollouts(ctx, options, rollouts)
+    n_trunc = sum(r.truncated for r in rollouts)
+    if n_trunc:
+        ctx.notes.append(f"some rollouts hit --max-new-tokens {options.max_new_tokens} (column "
+                         f"n_truncated; they are counted {'as wrong' if options.truncated == 'wrong' else 'out (dropped)'})")
+    rows = []
+    for i in range(K):
+        end = stats.get(i + 1)
+        row = {
+            "score": V[i + 1] - V[i],
+            "value_before": V[i],
+            "value_after": V[i + 1],
+            "stderr": end.stderr if end else math.nan,
+            "n_rollouts": end.n_rollouts if end else 0,
+            "n_correct": end.n_correct if end else 0,
+            "n_truncated": end.n_truncated if end else 0,
+            "interpolated": end is None,
+            "trace_rollouts": len(rollouts),
+            "trace_truncated": n_trunc,
+            "truncated_policy": options.truncated,
+        }
+        rows.append(row)
+    if any(not math.isfinite(r["score"]) for r in rows):
+        # Every row of the trace gets the column, so the trace's rows share one schema.
+        for r in rows:
+            r["score_note"] = None if math.isfinite(r["score"]) else \
+                "no value: every rollout of a boundary was cut off (--truncated drop)"
+        ctx.notes.append("some boundaries had all rollouts cut off and no value (score NaN, "
+                         "see score_note); raise --max-new-tokens")
+    return {"mc": rows}
+
+
+# ---- saving rollouts -------------------------------------------------------------------------
+ROLLOUT_SCHEMA = pa.schema([
+    ("run_id", pa.string()), ("trace_id", pa.string()), ("boundary", pa.int64()),
+    ("token", pa.int64()), ("sample", pa.int64()), ("text", pa.string()),
+    ("n_tokens", pa.int64()), ("answer", pa.string()), ("correct", pa.bool_()),
+    ("truncated", pa.bool_()),
+])
+
+
+class _RolloutWriter(TableWriter):
+    """TableWriter with a fixed schema (an all-None `answer` column must stay a string)."""
+
+    def append(self, rows: list[dict]) -> None:
+        if not rows:
+            return
+        self._batches.append(pa.Table.from_pylist(rows, schema=ROLLOUT_SCHEMA))
+        self.done.update(r["trace_id"] for r in rows)
+        self._flush()
+
+
+def rollouts_run_key(ctx: TraceContext, options: McOptions) -> str:
+    opts = {k: v for k, v in asdict(options).items() if k not in ("save_rollouts", "batch_size")}
+    return run_key({"model": ctx.scorer.describe(), "mc": opts, "table": "rollouts"})
+
+
+def save_rollouts(ctx: TraceContext, options: McOptions, rollouts: list[Rollout]) -> None:
+    """Append one trace's rollouts to `options.save_rollouts` (atomic rewrite; resumable)."""
+    from cotcredit import __version__
+
+    key = rollouts_run_key(ctx, options)
+    meta = {"run_id": key, "cotcredit_version": __version__, "table": "mc rollouts",
+            "model": ctx.scorer.describe(),
+            "mc": {k: v for k, v in asdict(options).items() if k != "save_rollouts"}}
+    # Opened per trace (it rereads the file): nothing stale survives between runs.
+    writer = _RolloutWriter(Path(options.save_rollouts), meta)
+    if ctx.trace.id in writer.done:  # resumed after the rollouts but before the scores were saved
+        return
+    writer.append([
+        {"run_id": key, "trace_id": ctx.trace.id, **asdict(r)} for r in rollouts
+    ])
+
+
+def reserve(scorer, trace, options: McOptions) -> int:
+    return options.max_new_tokens
+
+
+SPEC = MethodSpec(
+    name="mc",
+    options_type=McOptions,
+    run=run,
+    labels=lambda options: ["mc"],
+    reserve=reserve,
+    description="Monte Carlo values V_k from N graded rollouts per boundary; credit V_k − V_(k−1)",
+)

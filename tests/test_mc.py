@@ -1,0 +1,263 @@
+"""Monte Carlo baseline: value accounting, truncation policies, boundaries, rollouts, CLI."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from cotcredit import grading
+from cotcredit.errors import UserError
+from cotcredit.generation import Completion
+from cotcredit.methods import mc
+from cotcredit.methods.mc import McOptions, Rollout, boundary_value, interpolate, scored_boundaries
+from cotcredit.pipeline import run_analysis
+from cotcredit.segmentation import SegmentOptions
+
+SMALL = dict(rollouts=3, max_new_tokens=6, seed=0)
+
+
+def fake_grade(text, reference, **kw):
+    """Junk from a random model is never right; call a completion right by its length."""
+    return grading.GradeResult(answer=str(len(text)), correct=len(text) % 3 != 0)
+
+
+@pytest.fixture
+def graded(monkeypatch, scorer):
+    """The fake grader, and a generator that also stops at every token containing "e", so that
+    rollouts of the random model end at different lengths (some cut off, some not)."""
+    from cotcredit.generation import HFGenerator
+
+    monkeypatch.setattr(grading, "grade_completion", fake_grade)
+    gen = HFGenerator(scorer.model, scorer.tokenizer)
+    tok = scorer.tokenizer
+    gen.stop_ids += [i for i in range(len(tok)) if "e" in tok.decode([i])]
+    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend: gen)
+
+
+def run_mc(scorer, traces_file, segments=3, **opts):
+    s = run_analysis(traces_file, scorer, methods={"mc": McOptions(**{**SMALL, **opts})},
+                     segment_options=SegmentOptions(segments=segments))
+    return pd.DataFrame(s.rows["mc"])
+
+
+def by_trace(df):
+    return {t: g.sort_values("segment") for t, g in df.groupby("trace_id")}
+
+
+# ---- the estimator, without a model ------------------------------------------------------------
+def r(correct, truncated):
+    return Rollout(0, 0, 0, "", 1, None, correct, truncated)
+
+
+def test_boundary_value_policies():
+    rs = [r(True, False), r(True, True), r(False, False), r(False, True)]
+    v = boundary_value(rs, "wrong")
+    assert (v.value, v.n_correct, v.n_truncated, v.n_rollouts) == (0.25, 1, 2, 4)
+    assert v.stderr == pytest.approx(math.sqrt(0.25 * 0.75 / 4))
+    d = boundary_value(rs, "drop")
+    assert d.value == 0.5 and d.stderr == pytest.approx(math.sqrt(0.25 / 2))
+    none = boundary_value([r(True, True)], "drop")
+    assert math.isnan(none.value) and none.n_truncated == 1
+
+
+def test_scored_boundaries():
+    assert scored_boundaries(4, None) == [0, 1, 2, 3, 4]
+    assert scored_boundaries(4, 9) == [0, 1, 2, 3, 4]
+    assert scored_boundaries(4, 3) == [0, 2, 4]
+    assert scored_boundaries(7, 2) == [0, 7]
+    assert scored_boundaries(8, 4) == [0, 3, 5, 8]
+
+
+def test_interpolation_spreads_span_credit_evenly():
+    v = interpolate(4, {0: 0.2, 2: 0.6, 4: 0.6})
+    assert v == pytest.approx([0.2, 0.4, 0.6, 0.6, 0.6])
+
+
+def test_options_validate():
+    McOptions().validate()
+    for bad in (dict(rollouts=0), dict(truncated="ignore"), dict(max_boundaries=1),
+                dict(temperature=-1), dict(backend="x")):
+        with pytest.raises(UserError):
+            McOptions(**bad).validate()
+
+
+# ---- with the tiny model -----------------------------------------------------------------------
+def test_values_and_credit_sums(scorer, traces_file, graded):
+    df = run_mc(scorer, traces_file)
+    assert (df["method"] == "mc").all() and len(df) == 9
+    assert 0 < df["value_after"].mean() < 1  # the fake grader makes V non-trivial
+    assert 0 < df["n_truncated"].sum() < 3 * len(df)
+    for g in by_trace(df).values():
+        assert g["score"].sum() == pytest.approx(g["value_after"].iloc[-1] - g["value_before"].iloc[0])
+        assert list(g["value_before"].iloc[1:]) == pytest.approx(list(g["value_after"].iloc[:-1]))
+        assert (g["score"] == g["value_after"] - g["value_before"]).all()
+        assert (g["value_after"] == g["n_correct"] / g["n_rollouts"]).all()  # policy "wrong"
+        v = g["value_after"]
+        assert g["stderr"].to_numpy() == pytest.approx((v * (1 - v) / 3).pow(0.5).to_numpy())
+        assert (g["n_rollouts"] == 3).all() and not g["interpolated"].any()
+        assert (g["trace_rollouts"] == 3 * 4).all()
+
+
+def test_same_seed_same_values(scorer, traces_file, graded):
+    a, b = run_mc(scorer, traces_file), run_mc(scorer, traces_file)
+    pd.testing.assert_frame_equal(a, b)
+    c = run_mc(scorer, traces_file, seed=1)
+    assert not c["value_after"].equals(a["value_after"]) or not c["n_truncated"].equals(a["n_truncated"])
+
+
+def test_all_truncated(scorer, traces_file, monkeypatch):
+    monkeypatch.setattr(grading, "grade_completion",
+                        lambda text, ref, **kw: grading.GradeResult("1", True))  # all "correct"
+    wrong = run_mc(scorer, traces_file, max_new_tokens=1, rollouts=2)
+    assert (wrong["n_truncated"] == 2).all() and (wrong["value_after"] == 0).all()
+    assert (wrong["score"] == 0).all() and (wrong["trace_truncated"] == 8).all()
+    drop = run_mc(scorer, traces_file, max_new_tokens=1, rollouts=2, truncated="drop")
+    assert drop["score"].isna().all() and drop["score_note"].str.contains("cut off").all()
+
+
+class FakeGenerator:
+    """Completions with a fixed pattern: sample j of boundary token b is truncated when
+    (b + j) % 3 == 0 and says "yes" when (b + j) % 2 == 0."""
+
+    backend = "hf"
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, options, keys=None, progress=None):
+        self.calls.append((len(prompts), options.n, list(keys)))
+        out = []
+        for key in keys:
+            b = int(key.split("@")[1])
+            out.append([Completion([1] * 2, "yes" if (b + j) % 2 == 0 else "no",
+                                   "length" if (b + j) % 3 == 0 else "stop")
+                        for j in range(options.n)])
+        return out
+
+
+def test_truncation_policies_with_known_rollouts(scorer, traces_file, monkeypatch):
+    fake = FakeGenerator()
+    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend: fake)
+    monkeypatch.setattr(grading, "grade_completion",
+                        lambda text, ref, **kw: grading.GradeResult(None, text.endswith("yes")))
+    for policy in ("wrong", "drop"):
+        df = run_mc(scorer, traces_file, rollouts=6, truncated=policy, segments=4)
+        for _, row in df.iterrows():
+            b = row["token_end"]
+            cut = [(b + j) % 3 == 0 for j in range(6)]
+            yes = [(b + j) % 2 == 0 for j in range(6)]
+            n_correct = sum(y and not c for y, c in zip(yes, cut, strict=True))
+            used = 6 - sum(cut) if policy == "drop" else 6
+            assert row["n_truncated"] == sum(cut) and row["n_correct"] == n_correct
+            assert row["value_after"] == pytest.approx(n_correct / used)
+    # All boundaries of a trace in one generator call.
+    assert all(n_prompts == 5 and n == 6 for n_prompts, n, _ in fake.calls)
+
+
+def test_max_boundaries(scorer, traces_file, graded, tmp_path):
+    path = tmp_path / "ro.parquet"
+    df = run_mc(scorer, traces_file, segments=4, max_boundaries=3, save_rollouts=str(path))
+    full = run_mc(scorer, traces_file, segments=4)
+    ro = pd.read_parquet(path)
+    for t, g in by_trace(df).items():
+        assert list(g["interpolated"]) == [True, False, True, False]
+        assert g["score"].sum() == pytest.approx(g["value_after"].iloc[-1] - g["value_before"].iloc[0])
+        # The span's credit is spread evenly over its two segments.
+        assert g["score"].iloc[0] == pytest.approx(g["score"].iloc[1])
+        assert g["stderr"].iloc[[0, 2]].isna().all() and (g["n_rollouts"].iloc[[0, 2]] == 0).all()
+        assert sorted(set(ro[ro.trace_id == t]["boundary"])) == [0, 2, 4]
+        # Scored states get the same rollouts as in a full run (keyed by trace and token).
+        f = full[full.trace_id == t].sort_values("segment")
+        assert list(g["value_after"].iloc[[1, 3]]) == list(f["value_after"].iloc[[1, 3]])
+    assert (df["trace_rollouts"] == 3 * 3).all()
+
+
+def test_rollouts_parquet(scorer, traces_file, graded, tmp_path):
+    path = tmp_path / "ro.parquet"
+    df = run_mc(scorer, traces_file, save_rollouts=str(path))
+    ro = pd.read_parquet(path)
+    assert list(ro.columns) == ["run_id", "trace_id", "boundary", "token", "sample", "text",
+                                "n_tokens", "answer", "correct", "truncated"]
+    assert len(ro) == 3 * 4 * 3 and set(ro["trace_id"]) == {"t1", "t2", "t3"}
+    assert set(ro["sample"]) == {0, 1, 2} and set(ro["boundary"]) == {0, 1, 2, 3}
+    for (t, k), g in ro.groupby(["trace_id", "boundary"]):
+        row = df[(df.trace_id == t) & (df.segment == k - 1)] if k else None
+        if row is not None:
+            assert int(row["n_correct"].iloc[0]) == int((g["correct"] & ~g["truncated"]).sum())
+            assert int(row["n_truncated"].iloc[0]) == int(g["truncated"].sum())
+            assert int(row["token_end"].iloc[0]) == int(g["token"].iloc[0])
+    assert (ro["n_tokens"] <= 6).all()
+    # A second run of the same traces does not duplicate rollouts.
+    run_mc(scorer, traces_file, save_rollouts=str(path))
+    assert len(pd.read_parquet(path)) == len(ro)
+
+
+def test_context_reserve(scorer, traces_file):
+    from cotcredit.methods import get_method
+
+    spec = get_method("mc")
+    assert spec.reserve(scorer, None, McOptions(max_new_tokens=77)) == 77
+
+
+# ---- command line ------------------------------------------------------------------------------
+def cli(*args):
+    from cotcredit.cli import main
+
+    try:
+        main([str(a) for a in args])
+    except SystemExit as e:
+        return e.code
+    return 0
+
+
+def test_cli_end_to_end(tiny_model_dir, traces_file, tmp_path, graded, capsys):
+    out, ro = tmp_path / "mc.parquet", tmp_path / "ro.parquet"
+    base = [traces_file, "-o", out, "--model", tiny_model_dir, "--device", "cpu", "-k", "3",
+            "--rollouts", "2", "--max-new-tokens", "5", "--temperature", "0.8", "--top-p", "0.95",
+            "--seed", "3", "--batch-size", "4", "--truncated", "drop", "--save-rollouts", ro, "-q"]
+    assert cli("mc-baseline", *base) == 0
+    df = pd.read_parquet(out)
+    assert len(df) == 9 and (df["method"] == "mc").all()
+    assert set(df.columns) >= {"score", "value_before", "value_after", "stderr", "n_rollouts",
+                               "n_correct", "n_truncated", "run_id", "text", "token_start"}
+    assert len(pd.read_parquet(ro)) == 3 * 4 * 2
+    # Rerun resumes (nothing new), --overwrite replaces both files.
+    assert cli("mc-baseline", *base) == 0
+    assert len(pd.read_parquet(out)) == 9
+    assert cli("mc-baseline", *base, "--overwrite", "--max-boundaries", "2") == 0
+    assert len(pd.read_parquet(ro)) == 3 * 2 * 2
+    # The same segmentation from a file.
+    seg = tmp_path / "seg.parquet"
+    assert cli("segment", traces_file, "-o", seg, "--model", tiny_model_dir, "--device", "cpu",
+               "-k", "3", "-q") == 0
+    out2 = tmp_path / "mc2.parquet"
+    assert cli("mc-baseline", traces_file, "-o", out2, "--model", tiny_model_dir, "--device", "cpu",
+               "--segments-file", seg, "--rollouts", "1", "--max-new-tokens", "3", "-q") == 0
+    assert list(pd.read_parquet(out2)["token_end"]) == list(pd.read_parquet(seg)["token_end"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--truncated", "ignore"], "--truncated must be wrong or drop"),
+    (["--rollouts", "0"], "--rollouts must be at least 1"),
+    (["--max-boundaries", "1"], "--max-boundaries must be at least 2"),
+    (["--backend", "tgi"], "--backend must be one of hf, vllm"),
+    (["--top-p", "0"], "--top-p must be in (0, 1]"),
+])
+def test_cli_bad_options(tiny_model_dir, traces_file, tmp_path, capsys, args, message):
+    code = cli("mc-baseline", traces_file, "-o", tmp_path / "x.parquet", "--model", tiny_model_dir,
+               "--device", "cpu", *args)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error:") and message in err and "\n" not in err
+
+
+def test_cli_bad_input(tiny_model_dir, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "p", "response": "r"}\n')
+    code = cli("mc-baseline", bad, "-o", tmp_path / "x.parquet", "--model", tiny_model_dir,
+               "--device", "cpu")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith(f"error: {bad}:1: missing reference answer") and "\n" not in err
+    code = cli("mc-baseline", tmp_path / "none.jsonl", "--model", tiny_model_dir, "--device", "cpu")
+    assert code == 2 and "no such file" in capsys.readouterr().err
