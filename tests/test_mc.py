@@ -261,3 +261,22 @@ def test_cli_bad_input(tiny_model_dir, tmp_path, capsys):
     assert code == 2 and err.startswith(f"error: {bad}:1: missing reference answer") and "\n" not in err
     code = cli("mc-baseline", tmp_path / "none.jsonl", "--model", tiny_model_dir, "--device", "cpu")
     assert code == 2 and "no such file" in capsys.readouterr().err
+
+
+def test_batch_size_and_rollout_path_do_not_block_resume(tiny_model_dir, traces_file, tmp_path):
+    from cotcredit.cli import main
+
+    out = tmp_path / "mc.parquet"
+    base = ["mc-baseline", str(traces_file), "--model", str(tiny_model_dir), "-o", str(out), "-k", "2",
+            "--rollouts", "2", "--max-new-tokens", "3", "--max-traces", "1", "-q"]
+    main(base + ["--batch-size", "2", "--save-rollouts", str(tmp_path / "a.parquet")])
+    first = pd.read_parquet(out)
+    code = 0
+    try:
+        main(base[:-3] + ["-q", "--batch-size", "5", "--save-rollouts", str(tmp_path / "b.parquet")])
+    except SystemExit as e:
+        code = e.code or 0
+    assert code == 0
+    df = pd.read_parquet(out)
+    assert set(df.trace_id) == {"t1", "t2", "t3"}
+    assert df[df.trace_id == "t1"].score.tolist() == first.score.tolist()

@@ -31,7 +31,7 @@ from pathlib import Path
 from cotcredit import grading
 from cotcredit.errors import UserError
 from cotcredit.generation import SamplingOptions, get_generator
-from cotcredit.traces import FieldNames, TraceError, iter_lines, parse_trace
+from cotcredit.traces import FieldNames, TraceError, decode_line, iter_lines, parse_trace
 
 _RESPONSE_KEY = "\x00cotcredit-response"  # placeholder response field: problems have none
 # Fields of an output line that must match for a file to be resumed.
@@ -101,11 +101,7 @@ def read_problems(path: str | Path, names: FieldNames = FieldNames(), on_error: 
         try:
             if err:
                 raise TraceError(src, n, err)
-            try:
-                obj = json.loads(text)
-            except (json.JSONDecodeError, RecursionError) as e:
-                msg = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
-                raise TraceError(src, n, f"invalid JSON ({msg})") from None
+            obj = decode_line(text, src, n)
             p = parse_problem(obj, src, n, names)
             if p.id in seen:
                 raise TraceError(src, n, f"duplicate id '{p.id}' (first on line {seen[p.id]})")

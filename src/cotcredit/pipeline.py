@@ -88,6 +88,15 @@ def _plain(obj: Any) -> Any:
     return asdict(obj) if is_dataclass(obj) else obj
 
 
+def _key_options(obj: Any) -> Any:
+    """Options for the run key: without the fields an options class marks as not changing
+    results (`NOT_IN_RUN_KEY`, e.g. batch size or where rollouts are saved)."""
+    plain = _plain(obj)
+    for name in getattr(obj, "NOT_IN_RUN_KEY", ()):
+        plain.pop(name, None)
+    return plain
+
+
 def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
@@ -176,10 +185,12 @@ def run_analysis(
             "outputs": sorted(labs),
             "methods": {n: _plain(opts[n]) for n in names if n in opts},
         }
+        key_spec = {**spec, "model": scorer.run_identity(),
+                    "methods": {n: _key_options(opts[n]) for n in names if n in opts}}
         meta = {
             # The key covers every option that changes results; the model by content when its
             # folder has a fingerprint (shards on machines with other paths are one run).
-            "run_id": run_key({**spec, "model": scorer.run_identity()}),
+            "run_id": run_key(key_spec),
             "cotcredit_version": __version__,
             "created": time.time(),
             # Which slice this file holds (not in the key: `cotcredit merge` joins the shards).

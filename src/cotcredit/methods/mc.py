@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow as pa
 
@@ -46,6 +47,10 @@ from cotcredit.tables import TableWriter, run_key
 @dataclass(frozen=True)
 class McOptions:
     """Options of the Monte Carlo baseline."""
+
+    # Per-sample random streams make results independent of the batch size; where rollouts are
+    # saved does not change scores either. Neither blocks resuming a run.
+    NOT_IN_RUN_KEY: ClassVar[tuple[str, ...]] = ("batch_size", "save_rollouts")
 
     rollouts: int = 8  # N completions per boundary
     temperature: float = 1.0
