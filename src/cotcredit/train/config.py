@@ -1,0 +1,370 @@
+"""The YAML config of ``cotcredit train``: one validated ``TrainConfig``, errors as one line.
+
+A minimal config::
+
+    train_file: data/train.jsonl     # prompt, answer, optional solution per line
+    output_dir: runs/rredcot
+    advantage: rredcot               # or grpo (plain outcome advantage)
+    grpo:
+      num_generations: 8
+      max_completion_length: 1024
+      learning_rate: 1.0e-6
+      max_steps: 500
+
+Relative paths (``train_file``, ``eval_file``, ``output_dir``) are resolved against the folder of
+the config file, so a config works from any working directory. ``model`` is passed on as written
+(hub id, local folder or .gguf file; omitted = the embedded default model).
+
+``grpo`` holds options of TRL's ``GRPOConfig`` under TRL's own names; an option left out keeps
+TRL's default (so defaults live in one place, TRL), except ``bf16``, which defaults to "on when
+the GPU supports it" instead of TRL's "on" (which fails on a CPU machine), and
+``logging_steps``, which defaults to 1 instead of TRL's 10 (one ``metrics.jsonl`` line per step).
+Other GRPOConfig options can be passed under ``grpo.extra``; they are checked against
+GRPOConfig's field names. TRL 1.16 has no ``max_prompt_length``: prompts are not truncated.
+
+Prompts are rendered as chat messages (``system_prompt`` first when given) for a model with a
+chat template (``chat_template: false`` feeds the raw prompt text), exactly as the analysis
+commands render them. ``dtype: auto`` keeps the trained weights in float32 (TRL's ``bf16``
+then trains in bf16 autocast). ``eval`` says how ``eval_file`` is answered before and after
+training (greedy by default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.util
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+
+from cotcredit.errors import UserError
+from cotcredit.train.advantages import DEFAULT_FLOOR, DEFAULT_STRENGTH
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_section_is_default(cls, value, info):
+        # `rredcot:` with everything commented out is YAML null: treat it as "all defaults".
+        field = cls.model_fields[info.field_name]
+        if value is None and isinstance(field.default, BaseModel):
+            return {}
+        return value
+
+
+class RredcotOptions(_Section):
+    """How segment rewards are computed (by the RREDCoT scorer) and turned into advantages."""
+
+    segments: int = Field(8, ge=1)  # target number of reasoning segments per completion
+    value: Literal["rhat", "vhat", "both"] = "rhat"  # which estimate g_k is built from
+    exit_string: str | None = None  # answer-forcing string E; None: chosen per template
+    length_norm: bool = False  # per-token (geometric-mean) normalisation of v-hat
+    strength: float = Field(DEFAULT_STRENGTH, ge=0)  # β of the reweighting (advantages.py)
+    floor: float = Field(DEFAULT_FLOOR, ge=0, le=1)  # share of the plain advantage kept
+
+
+class GrpoOptions(_Section):
+    """Options of TRL's GRPOConfig, under TRL's names; None (omitted) keeps TRL's default."""
+
+    num_generations: int | None = Field(None, ge=2)
+    max_completion_length: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, gt=0)
+    beta: float | None = Field(None, ge=0)
+    epsilon: float | None = Field(None, gt=0)
+    learning_rate: float | None = Field(None, gt=0)
+    per_device_train_batch_size: int | None = Field(None, ge=1)
+    gradient_accumulation_steps: int | None = Field(None, ge=1)
+    max_steps: int | None = Field(None, ge=1)  # None: train for num_train_epochs
+    num_train_epochs: float | None = Field(None, gt=0)
+    logging_steps: int | None = Field(None, ge=1)
+    save_steps: int | None = Field(None, ge=1)
+    save_total_limit: int | None = Field(None, ge=1)
+    loss_type: (
+        Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"] | None
+    ) = None
+    scale_rewards: Literal["group", "batch", "none"] | None = None
+    mask_truncated_completions: bool | None = None
+    gradient_checkpointing: bool | None = None
+    use_vllm: bool | None = None
+    report_to: str | list[str] | None = None
+    bf16: bool | None = None  # None: on when a bf16-capable GPU is present
+    extra: dict[str, Any] = Field(default_factory=dict)  # any other GRPOConfig option
+
+
+class EvalOptions(_Section):
+    """How eval_file is answered before and after training (accuracy graded with math-verify)."""
+
+    temperature: float = Field(0.0, ge=0)  # 0: greedy decoding
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int | None = Field(None, ge=1)  # None: grpo.max_completion_length
+    samples: int = Field(1, ge=1)  # completions per problem (accuracy averages over them)
+    batch_size: int | None = Field(None, ge=1)  # rows per generate call; None: automatic
+
+
+class TrainConfig(_Section):
+    """Everything ``cotcredit train`` needs; built by ``load_config`` from a YAML file."""
+
+    model: str | None = None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: float32 weights
+    chat_template: bool = True  # render prompts with the tokenizer's chat template
+    system_prompt: str | None = None  # system message for the chat template
+    train_file: Path
+    eval_file: Path | None = None
+    output_dir: Path
+    seed: int = 42
+    advantage: Literal["grpo", "rredcot"] = "rredcot"
+    rredcot: RredcotOptions = RredcotOptions()
+    grpo: GrpoOptions = GrpoOptions()
+    eval: EvalOptions = EvalOptions()
+
+    _source: str = PrivateAttr("config")  # how error messages name the file
+
+
+# Keys that look like options but are not: the message says what to do instead.
+_REMOVED_KEYS = {
+    "max_prompt_length": "TRL 1.16's GRPOConfig has no max_prompt_length (prompts are not "
+    "truncated); shorten long prompts in the data instead",
+}
+
+
+def _section_fields(model: type[BaseModel]) -> dict[str, type[BaseModel] | None]:
+    out: dict[str, type[BaseModel] | None] = {}
+    for name, info in model.model_fields.items():
+        sub = info.annotation
+        out[name] = sub if isinstance(sub, type) and issubclass(sub, BaseModel) else None
+    return out
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = TrainConfig
+    for part in loc:
+        model = _section_fields(model).get(str(part)) if model is not None else None
+    return model
+
+
+def _grpo_config_fields() -> set[str]:
+    import trl
+
+    return {f.name for f in dataclasses.fields(trl.GRPOConfig)}
+
+
+def _unknown_key_message(loc: tuple) -> str:
+    parent, key = tuple(str(p) for p in loc[:-1]), str(loc[-1])
+    dotted = ".".join((*parent, key))
+    prefix = "".join(f"{p}." for p in parent)
+    if key in _REMOVED_KEYS:
+        return f"unknown key '{dotted}': {_REMOVED_KEYS[key]}"
+    model = _model_at(parent)
+    candidates: dict[str, str] = {}  # name to match -> what to suggest
+    if model is not None:
+        candidates.update({name: prefix + name for name in model.model_fields})
+    if not parent:  # a nested option written at the top level
+        for section, sub in _section_fields(TrainConfig).items():
+            if sub is not None:
+                for name in sub.model_fields:
+                    candidates.setdefault(name, f"{section}.{name}")
+    if parent == ("grpo",) and key in _grpo_config_fields():
+        return f"unknown key '{dotted}': TRL option not listed here; put it under 'grpo.extra'"
+    close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
+    if close:
+        return f"unknown key '{dotted}' (did you mean '{candidates[close[0]]}'?)"
+    if key in candidates:  # exact name, wrong place
+        return f"unknown key '{dotted}' (did you mean '{candidates[key]}'?)"
+    return f"unknown key '{dotted}'"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_TYPE_WORDS = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "string": "a string",
+    "dict": "a mapping (key: value lines)",
+    "model": "a mapping (key: value lines)",
+    "list": "a list",
+}
+
+
+def _error_message(error: dict) -> str:
+    loc = tuple(error["loc"])
+    kind = error["type"]
+    ctx = error.get("ctx", {})
+    where = ".".join(str(p) for p in loc)
+    got = f" (got {_shown(error['input'])})" if "input" in error else ""
+    if kind == "extra_forbidden":
+        return _unknown_key_message(loc)
+    if kind == "missing":
+        return f"missing required key '{where}'"
+    comparisons = {
+        "greater_than": ("gt", ">"),
+        "greater_than_equal": ("ge", ">="),
+        "less_than": ("lt", "<"),
+        "less_than_equal": ("le", "<="),
+    }
+    if kind in comparisons:
+        key, op = comparisons[kind]
+        bound = ctx[key]
+        bound = int(bound) if isinstance(bound, float) and bound.is_integer() else bound
+        return f"{where}: must be {op} {bound}{got}"
+    if kind == "literal_error":
+        return f"{where}: must be {ctx['expected']}{got}"
+    if kind == "finite_number":
+        return f"{where}: must be a finite number{got}"
+    if kind == "int_from_float":
+        return f"{where}: must be an integer{got}"
+    for prefix, words in _TYPE_WORDS.items():
+        if kind.startswith(prefix + "_"):
+            return f"{where}: must be {words}{got}"
+    msg = error["msg"]
+    return f"{where}: {msg[:1].lower()}{msg[1:]}{got}"
+
+
+def _clean_loc(loc: tuple) -> tuple:
+    """Drop the union-member tags pydantic puts after a field ('str', 'list[str]', ...)."""
+    out: list = []
+    model: type[BaseModel] | None = TrainConfig
+    for part in loc:
+        if model is None and isinstance(part, str) and out:
+            continue  # below a plain field every name is a union tag
+        out.append(part)
+        model = _section_fields(model).get(str(part)) if model is not None else None
+    return tuple(out)
+
+
+def _errors_in_order(exc: ValidationError) -> list[dict]:
+    """Errors of a `str | list[str]` union come once per member; keep the first of a location."""
+    seen: dict[tuple, dict] = {}
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        loc = loc if error["type"] == "extra_forbidden" else _clean_loc(loc)
+        seen.setdefault(loc, {**error, "loc": loc})
+    return list(seen.values())
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    keys: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in keys:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key '{key}'", key_node.start_mark
+            )
+        keys.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _read_yaml(path: Path, source: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{source}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{source}: cannot read ({exc})") from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark is not None else ""
+        problem = re.sub(r"\s+", " ", str(exc.problem or exc.context or "syntax error")).strip()
+        raise UserError(f"{source}:{where} invalid YAML ({problem})") from None
+    except yaml.YAMLError as exc:
+        problem = re.sub(r"\s+", " ", str(exc)).strip()
+        raise UserError(f"{source}: invalid YAML ({problem})") from None
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    """Read and validate a train config; any mistake raises ``UserError`` with a one-line message."""
+    path = Path(path)
+    source = str(path)
+    data = _read_yaml(path, source)
+    if data is None:
+        raise UserError(f"{source}: empty config (it needs at least train_file and output_dir)")
+    if not isinstance(data, dict):
+        raise UserError(
+            f"{source}: must be a mapping of keys (key: value lines), got {type(data).__name__}"
+        )
+    try:
+        cfg = TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        errors = _errors_in_order(exc)
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise UserError(f"{source}: {_error_message(errors[0])}{more}") from None
+    base = path.resolve().parent
+    updates = {
+        name: Path(os.path.normpath(base / value))  # lexical: "a/../b" -> "b", links kept
+        for name in ("train_file", "eval_file", "output_dir")
+        if (value := getattr(cfg, name)) is not None and not value.is_absolute()
+    }
+    cfg = cfg.model_copy(update=updates)
+    cfg._source = source
+    return cfg
+
+
+def _bf16_supported() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def grpo_kwargs(cfg: TrainConfig) -> dict[str, Any]:
+    """The keyword arguments ``to_grpo_config`` passes to ``trl.GRPOConfig``."""
+    options = cfg.grpo.model_dump(exclude={"extra"}, exclude_none=True)
+    if options.get("bf16") is None:
+        options["bf16"] = _bf16_supported()
+    options.setdefault("logging_steps", 1)  # metrics.jsonl gets one line per step
+    if (
+        "gradient_checkpointing" in options
+    ):  # transformers 5 renamed it; TRL still reads the old name
+        options["activation_checkpointing"] = options.pop("gradient_checkpointing")
+    kwargs: dict[str, Any] = {"output_dir": str(cfg.output_dir), "seed": cfg.seed, **options}
+    valid = _grpo_config_fields()
+    for key, value in cfg.grpo.extra.items():
+        if key not in valid:
+            close = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
+            hint = f" (did you mean 'grpo.extra.{close[0]}'?)" if close else ""
+            raise UserError(f"{cfg._source}: grpo.extra: '{key}' is not a GRPOConfig option{hint}")
+        if key in GrpoOptions.model_fields or key in ("output_dir", "seed"):
+            place = key if key in ("output_dir", "seed") else f"grpo.{key}"
+            raise UserError(f"{cfg._source}: grpo.extra.{key}: set it as '{place}' instead")
+        if key == "activation_checkpointing":
+            raise UserError(f"{cfg._source}: grpo.extra.{key}: set 'grpo.gradient_checkpointing'")
+        kwargs[key] = value
+    return kwargs
+
+
+def to_grpo_config(cfg: TrainConfig):
+    """Build TRL's ``GRPOConfig``; TRL's own consistency checks become ``UserError``."""
+    import trl
+
+    kwargs = grpo_kwargs(cfg)
+    if kwargs.get("use_vllm") and importlib.util.find_spec("vllm") is None:
+        raise UserError(
+            f"{cfg._source}: grpo.use_vllm: vllm is not installed (pip install 'cotcredit[vllm]')"
+        )
+    try:
+        with warnings.catch_warnings():
+            # TRL's own default (gradient_checkpointing=True) trips transformers' rename warning.
+            warnings.filterwarnings("ignore", message="`gradient_checkpointing` is deprecated")
+            return trl.GRPOConfig(**kwargs)
+    except (ValueError, TypeError) as exc:
+        message = re.sub(r"\s+", " ", str(exc)).strip()
+        raise UserError(f"{cfg._source}: grpo: {message}") from None

@@ -1,0 +1,175 @@
+"""The train config: YAML loading, one-line errors, and the hand-over to TRL's GRPOConfig."""
+
+from pathlib import Path
+
+import pytest
+
+from cotcredit.errors import UserError
+from cotcredit.train.config import TrainConfig, load_config, to_grpo_config
+
+MINIMAL = "train_file: data/train.jsonl\noutput_dir: runs/x\n"
+
+
+def write(tmp_path: Path, text: str, name: str = "config.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def error_of(tmp_path: Path, text: str) -> str:
+    path = write(tmp_path, text)
+    with pytest.raises(UserError) as info:
+        to_grpo_config(load_config(path))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: ")
+    return message[len(f"{path}: ") :]
+
+
+def test_minimal_config_defaults_and_paths_relative_to_the_config(tmp_path):
+    cfg = load_config(write(tmp_path, MINIMAL))
+    assert isinstance(cfg, TrainConfig)
+    assert cfg.train_file == tmp_path / "data" / "train.jsonl"
+    assert cfg.output_dir == tmp_path / "runs" / "x"
+    assert cfg.eval_file is None and cfg.model is None
+    assert cfg.advantage == "rredcot" and cfg.seed == 42
+    assert cfg.rredcot.segments == 8 and cfg.rredcot.value == "rhat"
+
+
+def test_absolute_paths_are_kept(tmp_path):
+    cfg = load_config(write(tmp_path, f"train_file: /abs/t.jsonl\noutput_dir: {tmp_path}/o\n"))
+    assert cfg.train_file == Path("/abs/t.jsonl") and cfg.output_dir == tmp_path / "o"
+
+
+def test_round_trip_to_grpo_config(tmp_path):
+    text = MINIMAL + (
+        "seed: 7\n"
+        "advantage: grpo\n"
+        "rredcot:\n  strength: 2.5\n  floor: 0.1\n  exit_string: '</think> Answer: '\n"
+        "grpo:\n"
+        "  num_generations: 4\n  max_completion_length: 64\n  temperature: 0.7\n  beta: 0.04\n"
+        "  epsilon: 0.3\n  learning_rate: 1e-5\n  per_device_train_batch_size: 4\n"
+        "  gradient_accumulation_steps: 2\n  max_steps: 10\n  logging_steps: 1\n  save_steps: 5\n"
+        "  use_vllm: false\n  report_to: none\n  bf16: false\n  loss_type: grpo\n"
+        "  scale_rewards: none\n  gradient_checkpointing: false\n"
+        "  extra: {top_p: 0.9, warmup_steps: 2}\n"
+    )
+    cfg = load_config(write(tmp_path, text))
+    assert cfg.advantage == "grpo" and cfg.rredcot.strength == 2.5 and cfg.rredcot.floor == 0.1
+    assert cfg.grpo.learning_rate == 1e-5  # YAML reads 1e-5 as a string; pydantic parses it
+    args = to_grpo_config(cfg)
+    assert args.output_dir == str(tmp_path / "runs" / "x") and args.seed == 7
+    assert (args.num_generations, args.max_completion_length) == (4, 64)
+    assert (args.temperature, args.beta, args.epsilon, args.learning_rate) == (0.7, 0.04, 0.3, 1e-5)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 2)
+    assert (args.max_steps, args.logging_steps, args.save_steps) == (10, 1, 5)
+    assert args.use_vllm is False and args.bf16 is False and args.report_to == []
+    assert (args.loss_type, args.scale_rewards) == ("grpo", "none")
+    assert args.gradient_checkpointing is False
+    assert (args.top_p, args.warmup_steps) == (0.9, 2)
+
+
+def test_omitted_grpo_options_keep_trl_defaults(tmp_path):
+    import trl
+
+    args = to_grpo_config(load_config(write(tmp_path, MINIMAL)))
+    default = trl.GRPOConfig(output_dir=str(tmp_path), bf16=False)
+    for name in ("num_generations", "max_completion_length", "learning_rate", "beta", "loss_type"):
+        assert getattr(args, name) == getattr(default, name)
+    assert args.bf16 is False  # no bf16 GPU here; TRL's own default (True) fails on CPU
+
+
+def test_empty_sections_mean_defaults(tmp_path):
+    cfg = load_config(write(tmp_path, MINIMAL + "rredcot:\ngrpo:\n"))
+    assert cfg.rredcot.segments == 8 and cfg.grpo.num_generations is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("learnig_rate: 1\n", "unknown key 'learnig_rate' (did you mean 'grpo.learning_rate'?)"),
+        (
+            "grpo:\n  learnig_rate: 1\n",
+            "unknown key 'grpo.learnig_rate' (did you mean 'grpo.learning_rate'?)",
+        ),
+        ("segmnets: 4\n", "unknown key 'segmnets' (did you mean 'rredcot.segments'?)"),
+        (
+            "rredcot:\n  strenght: 1\n",
+            "unknown key 'rredcot.strenght' (did you mean 'rredcot.strength'?)",
+        ),
+        ("sed: 1\n", "unknown key 'sed' (did you mean 'seed'?)"),
+        ("zzz: 1\n", "unknown key 'zzz'"),
+        (
+            "grpo:\n  top_p: 0.9\n",
+            "unknown key 'grpo.top_p': TRL option not listed here; put it under 'grpo.extra'",
+        ),
+        ("grpo:\n  temperature: 0\n", "grpo.temperature: must be > 0 (got 0)"),
+        ("grpo:\n  num_generations: 1\n", "grpo.num_generations: must be >= 2 (got 1)"),
+        ("grpo:\n  num_generations: 2.5\n", "grpo.num_generations: must be an integer (got 2.5)"),
+        ("grpo:\n  learning_rate: fast\n", "grpo.learning_rate: must be a number (got 'fast')"),
+        ("grpo:\n  use_vllm: maybe\n", "grpo.use_vllm: must be true or false (got 'maybe')"),
+        ("grpo:\n  report_to: 5\n", "grpo.report_to: must be a string (got 5)"),
+        ("grpo: 3\n", "grpo: must be a mapping (key: value lines) (got 3)"),
+        ("advantage: rudder\n", "advantage: must be 'grpo' or 'rredcot' (got 'rudder')"),
+        (
+            "rredcot:\n  value: qhat\n",
+            "rredcot.value: must be 'rhat', 'vhat' or 'both' (got 'qhat')",
+        ),
+        ("rredcot:\n  floor: 1.5\n", "rredcot.floor: must be <= 1 (got 1.5)"),
+        ("rredcot:\n  strength: .inf\n", "rredcot.strength: must be a finite number (got inf)"),
+        ("model: 5\n", "model: must be a string (got 5)"),
+    ],
+)
+def test_bad_values_and_unknown_keys(tmp_path, text, expected):
+    assert error_of(tmp_path, MINIMAL + text) == expected
+
+
+def test_removed_trl_option_is_explained(tmp_path):
+    message = error_of(tmp_path, MINIMAL + "grpo:\n  max_prompt_length: 256\n")
+    assert message.startswith("unknown key 'grpo.max_prompt_length': TRL 1.16")
+
+
+def test_missing_required_key(tmp_path):
+    assert error_of(tmp_path, "output_dir: out\n") == "missing required key 'train_file'"
+    assert error_of(tmp_path, "seed: 1\n") == "missing required key 'train_file' (and 1 more)"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        (MINIMAL + "grpo:\n  temperature: 1\n   beta: 2\n", 5),
+        ("train_file: [a.jsonl\noutput_dir: out\n", 2),
+        (MINIMAL + "seed: 1\nseed: 2\n", 4),  # duplicate keys are refused, not silently merged
+        ("train_file: a\n\toutput_dir: out\n", 2),
+    ],
+)
+def test_bad_yaml_reports_its_line(tmp_path, text, line):
+    message = error_of(tmp_path, text)
+    assert message.startswith(f"line {line}, column ") and "invalid YAML (" in message
+
+
+def test_not_a_mapping_empty_and_missing_file(tmp_path):
+    assert error_of(tmp_path, "- a\n- b\n").startswith("must be a mapping")
+    assert error_of(tmp_path, "# nothing\n").startswith("empty config")
+    with pytest.raises(UserError, match=r"nope\.yaml: no such file"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_trl_consistency_errors_become_user_errors(tmp_path):
+    text = MINIMAL + "grpo:\n  num_generations: 3\n  per_device_train_batch_size: 4\n"
+    message = error_of(tmp_path, text)
+    assert message.startswith(
+        "grpo: generation_batch_size (4) must be divisible by num_generations"
+    )
+
+
+def test_extra_options_are_checked_against_grpo_config(tmp_path):
+    message = error_of(tmp_path, MINIMAL + "grpo:\n  extra: {top_pp: 0.9}\n")
+    assert (
+        message
+        == "grpo.extra: 'top_pp' is not a GRPOConfig option (did you mean 'grpo.extra.top_p'?)"
+    )
+    message = error_of(tmp_path, MINIMAL + "grpo:\n  extra: {beta: 0.1}\n")
+    assert message == "grpo.extra.beta: set it as 'grpo.beta' instead"
+    message = error_of(tmp_path, MINIMAL + "grpo:\n  extra: {seed: 3}\n")
+    assert message == "grpo.extra.seed: set it as 'seed' instead"
