@@ -7,6 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH ?= torch==2.13.0
 OUT ?= out
+CLI := HF_HUB_OFFLINE=1 $(VENV)/bin/cotcredit
 
 .PHONY: install demo test test-slow lint bench clean
 
@@ -20,9 +21,12 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# The main job on the embedded model: segment the bundled traces once, RREDCoT on them, then
+# RREDCoT vs Monte Carlo vs leave-one-out on one segmentation with the correlation report.
 demo: install
-	HF_HUB_OFFLINE=1 $(VENV)/bin/cotcredit segment examples/traces.jsonl -o $(OUT)/segments.parquet --show first
-	HF_HUB_OFFLINE=1 $(VENV)/bin/cotcredit redistribute examples/traces.jsonl --segments-file $(OUT)/segments.parquet -o $(OUT)/rredcot.parquet --show first
+	$(CLI) segment examples/curated_traces.jsonl -o $(OUT)/segments.parquet -k 5 --show first
+	$(CLI) redistribute examples/curated_traces.jsonl --segments-file $(OUT)/segments.parquet -o $(OUT)/rredcot.parquet --show pencils-wrong
+	$(CLI) compare examples/curated_traces.jsonl --methods rredcot,mc,loo --segments-file $(OUT)/segments.parquet --rollouts 4 --max-new-tokens 64 -o $(OUT)/report
 
 test: install
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q
