@@ -1,0 +1,247 @@
+"""The attribution target shared by leave-one-out, Shapley and gradient attribution.
+
+Every attribution method scores the same scalar, a function of a coalition S of segments:
+
+    f(S) = log p(Y* | prompt ⊕ reasoning with the segments not in S absent ⊕ E)
+           [+ log Σ_{t ∈ T} p(t | ... ⊕ Y*)]
+
+with E the answer-forcing exit string and Y* the reference answer exactly as in
+`cotcredit.forcing` (and RREDCoT's R̂): when E ends inside `\\boxed{`, the mass T of every token
+starting with "}" after Y* is added so "4" is not credited for "42". f(all) is R̂_K of RREDCoT.
+
+Absence is deletion: the tokens of an absent segment are removed through its token offsets
+(never by searching its text) and the kept tokens simply follow each other, with position ids
+0, 1, 2, ... as if the shorter reasoning had been written. With `baseline_text`, an absent
+segment is replaced by the tokens of that text instead (e.g. "..." as a neutral filler).
+
+Cost. All coalitions whose first absent segment is j share the trace's tokens up to the start
+of segment j, which the trace's forward pass already holds in its KV cache. So the value of a
+coalition is one `Continuation` of the trace: prefix = prompt + reasoning before segment j,
+block = the kept tokens after it (their positions continue the prefix's, exactly the deletion
+semantics) + E + Y*. `ValueFunction` takes an (n × K) batch of 0/1 masks, memoises the values of
+coalitions it has seen, and scores all new ones in packed passes on the cache
+(`Scorer.score_continuations`). A full coalition is a continuation at the end of the trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from cotcredit.errors import UserError
+from cotcredit.forcing import Forcing, ForcingOptions, answer_forcing
+from cotcredit.lm import Continuation, Scorer
+from cotcredit.methods.base import TraceContext
+
+
+@dataclass(frozen=True)
+class TargetOptions:
+    """What is attributed and what "absent" means (shared by loo, shapley and gradient)."""
+
+    forcing: ForcingOptions = ForcingOptions()
+    baseline_text: str | None = None  # None: delete absent segments; else replace them by this
+    probe_mode: str = "packed"  # packed: continuations on the trace's KV cache; naive: full passes
+
+    def validate(self) -> TargetOptions:
+        if self.probe_mode not in ("packed", "naive"):
+            raise UserError(f"--probe-mode must be packed or naive, got '{self.probe_mode}'")
+        if self.baseline_text is not None and self.baseline_text == "":
+            raise UserError("--baseline-text must not be empty (omit it to delete absent segments)")
+        return self
+
+
+def _as_masks(masks, K: int) -> np.ndarray:
+    """Any (n, K) or (K,) array-like of 0/1 (bool, int, float, tensor) -> (n, K) bool array."""
+    if isinstance(masks, torch.Tensor):
+        masks = masks.detach().cpu().numpy()
+    arr = np.asarray(masks)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[1] != K:
+        raise ValueError(f"coalition masks must have shape (n, {K}), got {arr.shape}")
+    return arr > 0.5
+
+
+class ValueFunction:
+    """f(S) for coalitions of one trace's segments; call it with an (n, K) 0/1 array.
+
+    Values are memoised per coalition, so methods sharing a trace (LOO, Shapley) and repeated
+    coalitions (Shapley permutations all end in the full coalition) cost one evaluation each.
+    `requested` counts coalitions asked for, `evaluated` the distinct ones computed.
+    """
+
+    def __init__(self, ctx: TraceContext, options: TargetOptions | None = None):
+        self.ctx = ctx
+        self.options = (options or TargetOptions()).validate()
+        self.scorer: Scorer = ctx.scorer
+        self.forcing: Forcing = answer_forcing(ctx.scorer, ctx.trace, self.options.forcing)
+        enc = ctx.encoded
+        self.prompt_ids = list(enc.prompt_ids)
+        self.reasoning = list(enc.reasoning_ids)
+        self.spans = [(s.token_start, s.token_end) for s in ctx.segmentation.segments]
+        self.K = len(self.spans)
+        text = self.options.baseline_text
+        self.baseline_ids = self.scorer.encode_text(text) if text else []
+        if text and not self.baseline_ids:
+            raise UserError(f"--baseline-text {text!r} gives no tokens")
+        self.tail = self.forcing.exit_ids + self.forcing.answer_ids
+        self.terminators = self.forcing.terminators or None
+        self._values: dict[bytes, float] = {}
+        self.requested = 0
+        self.evaluated = 0
+        self._recording: list[set[bytes]] = []
+
+    # ---- the perturbed sequences -----------------------------------------------------------
+    def reasoning_ids(self, mask: Sequence[bool]) -> list[int]:
+        """Reasoning tokens of a coalition: kept segments, absent ones deleted (or replaced)."""
+        out: list[int] = []
+        for keep, (a, b) in zip(mask, self.spans, strict=True):
+            out += self.reasoning[a:b] if keep else self.baseline_ids
+        return out
+
+    def sequence(self, mask: Sequence[bool]) -> tuple[list[int], int]:
+        """(prompt ⊕ reasoning of the coalition ⊕ E ⊕ Y*, number of target tokens)."""
+        return self.prompt_ids + self.reasoning_ids(mask) + self.tail, len(self.forcing.answer_ids)
+
+    def continuation(self, mask: Sequence[bool]) -> Continuation:
+        """The coalition as a continuation of the trace after its first absent segment."""
+        mask = [bool(m) for m in mask]
+        n_target = len(self.forcing.answer_ids)
+        if all(mask):
+            ids, prefix = list(self.tail), len(self.prompt_ids) + len(self.reasoning)
+        else:
+            j = mask.index(False)
+            ids = self.reasoning_ids([True] * j + mask[j:])[self.spans[j][0] :] + self.tail
+            prefix = len(self.prompt_ids) + self.spans[j][0]
+        if prefix + len(ids) > self.scorer.max_context:
+            raise UserError(
+                f"{self.ctx.trace.where}: a perturbed trace has {prefix + len(ids)} tokens, more than "
+                f"the model's context of {self.scorer.max_context} (shorter --baseline-text?)"
+            )
+        return Continuation(prefix, ids, len(ids) - n_target, self.terminators)
+
+    # ---- evaluation --------------------------------------------------------------------------
+    def __call__(self, masks) -> np.ndarray:
+        """f for each row of an (n, K) 0/1 array (float64, shape (n,))."""
+        m = _as_masks(masks, self.K)
+        self.requested += len(m)
+        keys = [row.tobytes() for row in m]
+        for seen in self._recording:
+            seen.update(keys)
+        new: dict[bytes, np.ndarray] = {}
+        for k, row in zip(keys, m, strict=True):
+            if k not in self._values and k not in new:
+                new[k] = row
+        if new:
+            rows = list(new.values())
+            if self.options.probe_mode == "packed":
+                conts = [self.continuation(r) for r in rows]
+                if len(self.prompt_ids) < 1:
+                    raise UserError(f"{self.ctx.trace.where}: the prompt has no tokens")
+                scores = [
+                    s.logprob for s in self.scorer.score_continuations(self.ctx.forward, conts)
+                ]
+            else:
+                seqs = [self.sequence(r) for r in rows]
+                scores = self.scorer.score_sequences(
+                    [s for s, _ in seqs], [t for _, t in seqs], terminators=self.terminators
+                )
+            for k, v in zip(new, scores, strict=True):
+                self._values[k] = float(v)
+            self.evaluated += len(new)
+        return np.array([self._values[k] for k in keys], dtype=np.float64)
+
+    @contextmanager
+    def record(self) -> Iterator[set[bytes]]:
+        """Collect the distinct coalitions requested inside the `with` block."""
+        seen: set[bytes] = set()
+        self._recording.append(seen)
+        try:
+            yield seen
+        finally:
+            self._recording = [r for r in self._recording if r is not seen]
+
+    def value(self, mask: Sequence[bool]) -> float:
+        return float(self(np.asarray(mask, dtype=bool)[None, :])[0])
+
+    @property
+    def full(self) -> float:
+        """f(all segments present): log p(Y* | s_K ⊕ E)."""
+        return self.value([True] * self.K)
+
+    @property
+    def empty(self) -> float:
+        """f(no segment present): the prompt (or baselines) alone."""
+        return self.value([False] * self.K)
+
+
+def value_function(ctx: TraceContext, options: TargetOptions | None = None) -> ValueFunction:
+    """The trace's value function for these target options, shared by the methods of one run.
+
+    LOO and Shapley on the same trace and target reuse each other's coalitions (f(all), the
+    leave-one-out coalitions) instead of scoring them twice.
+    """
+    options = (options or TargetOptions()).validate()
+    shared: dict = ctx.__dict__.setdefault("_value_functions", {})
+    if options not in shared:
+        shared[options] = ValueFunction(ctx, options)
+    return shared[options]
+
+
+class EmbeddingTarget:
+    """f(all) as a differentiable function of the reasoning tokens' input embeddings.
+
+    Call it with an (B, n_reasoning, hidden) tensor: each row replaces the reasoning embeddings
+    of prompt ⊕ reasoning ⊕ E ⊕ Y* (the prompt, E and Y* embeddings stay fixed) and gives
+    log p(Y* | ...) [+ log terminator mass], shape (B,). Logits are computed only at the answer
+    positions (`logits_to_keep`), never over the vocabulary at every position, so a long trace
+    costs one forward and backward pass of the model body per row. At the trace's own
+    embeddings it equals `ValueFunction.full` (up to float rounding).
+    """
+
+    def __init__(self, ctx: TraceContext, options: TargetOptions | None = None):
+        options = (options or TargetOptions()).validate()
+        scorer = ctx.scorer
+        self.model = scorer.model
+        forcing = answer_forcing(scorer, ctx.trace, options.forcing)
+        embed = self.model.get_input_embeddings()
+        dev = scorer.device
+
+        def emb(ids: list[int]) -> torch.Tensor:
+            with torch.no_grad():
+                return embed(torch.tensor([ids], dtype=torch.long, device=dev))[0].detach()
+
+        enc = ctx.encoded
+        self.prompt = emb(list(enc.prompt_ids))
+        self.reasoning = emb(list(enc.reasoning_ids))
+        self.tail = emb(forcing.exit_ids + forcing.answer_ids)
+        self.answer = torch.tensor(forcing.answer_ids, dtype=torch.long, device=dev)
+        self.terminators = (
+            torch.tensor(forcing.terminators, dtype=torch.long, device=dev)
+            if forcing.terminators
+            else None
+        )
+        self.length = len(self.prompt) + len(self.reasoning) + len(self.tail)
+        self.pad = None
+        pad_id = scorer.tokenizer.pad_token_id
+        if pad_id is not None:
+            self.pad = emb([pad_id])[0]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        B = x.shape[0]
+        full = torch.cat(
+            [self.prompt.expand(B, -1, -1), x.to(self.prompt.dtype), self.tail.expand(B, -1, -1)],
+            dim=1,
+        )
+        a = len(self.answer)
+        # The last a + 1 positions: position T-a-1+i predicts answer token i; T-1 the terminator.
+        out = self.model(inputs_embeds=full, logits_to_keep=a + 1, use_cache=False)
+        lp = torch.log_softmax(out.logits.float(), dim=-1)
+        total = lp[:, :a].gather(2, self.answer.expand(B, -1)[..., None])[..., 0].sum(1)
+        if self.terminators is not None:
+            total = total + torch.logsumexp(lp[:, a, self.terminators], dim=-1)
+        return total

@@ -1,0 +1,74 @@
+"""Leave-one-out: how much the answer's log-probability drops when one segment is deleted.
+
+With the attribution target of `cotcredit.attribution`,
+
+    f(S) = log p(Y* | prompt ⊕ reasoning restricted to the segments in S ⊕ E),
+
+the score of segment k is
+
+    loo_k = f(all) − f(all \\ {k})
+
+Sign: positive means the segment helped the model state the reference answer (deleting it makes
+Y* less likely); negative means the answer is more likely without it.
+
+Cost: one forward pass over the trace (shared with segmentation), then K continuations of it —
+"all but k" shares the trace's KV cache up to the start of segment k, and only the tokens after
+segment k (re-positioned) + E + Y* are scored, all K in packed passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cotcredit.attribution import TargetOptions, value_function
+from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
+
+
+@dataclass(frozen=True)
+class LooOptions:
+    """Options of leave-one-out (only the shared target)."""
+
+    target: TargetOptions = TargetOptions()
+
+    def validate(self) -> LooOptions:
+        self.target.validate()
+        return self
+
+
+def run(ctx: TraceContext, options: LooOptions) -> MethodRows:
+    """LOO rows for one trace: score = f(all) − f(all but k), with both values as columns."""
+    f = value_function(ctx, options.target)
+    K = f.K
+    masks = np.ones((K + 1, K), dtype=bool)
+    masks[np.arange(1, K + 1), np.arange(K)] = False  # row 0: all; row k+1: all but k
+    values = f(masks)
+    full = float(values[0])
+    return {
+        "loo": [
+            {
+                "score": full - float(values[k + 1]),
+                "value_full": full,
+                "value_without": float(values[k + 1]),
+            }
+            for k in range(K)
+        ]
+    }
+
+
+def reserve(scorer, trace, options: LooOptions) -> int:
+    extra = (
+        len(scorer.encode_text(options.target.baseline_text)) if options.target.baseline_text else 0
+    )
+    return 64 + 16 * extra  # replacements may lengthen the trace a little
+
+
+SPEC = MethodSpec(
+    name="loo",
+    options_type=LooOptions,
+    run=run,
+    labels=lambda options: ["loo"],
+    reserve=reserve,
+    description="leave-one-out: f(all) − f(all but segment k), f = log p(Y* | reasoning ⊕ E)",
+)

@@ -1,0 +1,186 @@
+"""Shapley values of the segments for the answer's log-probability.
+
+Players are the K segments; the value of a coalition S is the attribution target of
+`cotcredit.attribution`, f(S) = log p(Y* | prompt ⊕ reasoning restricted to S ⊕ E) (absent
+segments deleted, or replaced by `baseline_text`). The Shapley value of segment k is
+
+    φ_k = Σ_{S ⊆ N \\ {k}} |S|! (K − |S| − 1)! / K! · (f(S ∪ {k}) − f(S))
+
+= the mean over orderings of the segments of k's marginal contribution when it is added. It is
+efficient: Σ_k φ_k = f(all) − f(none). Positive: the segment raises p(Y*) on average.
+
+Exact when K ≤ `exact_max` (all 2^K coalitions), else sampled over `samples` random orderings
+drawn with `seed` (sampling is still exactly efficient, every ordering telescopes). The
+attribution work is done by a library, the value function by cotcredit:
+- `backend="shap"`: `shap.explainers.Exact` (exact) or `shap.explainers.Permutation`
+  (antithetic orderings: each sampled ordering is also walked backwards, so `samples` is rounded
+  up to an even number), with an `Independent` masker over the K binary features whose
+  background is the all-absent row.
+- `backend="captum"`: `captum.attr.ShapleyValues` (exact; it walks all K! orderings, so it is
+  used for K ≤ min(exact_max, 8)) or `ShapleyValueSampling` with `samples` orderings, over a
+  (1, K) tensor of ones with baseline 0.
+
+Cost: coalitions are evaluated in batches (shap: one batch per ordering pair, or all 2^K at
+once; captum: every coalition of every drawn ordering at once before captum walks them) and each
+batch is scored in packed passes on the trace's KV cache; repeated coalitions are scored once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from cotcredit.attribution import TargetOptions, ValueFunction, value_function
+from cotcredit.errors import UserError
+from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
+
+CAPTUM_EXACT_MAX = 8  # captum's exact ShapleyValues enumerates K! orderings
+
+
+@dataclass(frozen=True)
+class ShapleyOptions:
+    """Options of Shapley attribution."""
+
+    target: TargetOptions = TargetOptions()
+    backend: str = "shap"  # shap | captum
+    samples: int = 32  # orderings sampled when K > exact_max
+    exact_max: int = 10  # exact Shapley values when K <= exact_max
+    seed: int = 0
+
+    def validate(self) -> ShapleyOptions:
+        self.target.validate()
+        if self.backend not in ("shap", "captum"):
+            raise UserError(f"--shapley-backend must be shap or captum, got '{self.backend}'")
+        if self.samples < 1:
+            raise UserError("--samples must be at least 1")
+        if self.exact_max < 0 or self.exact_max > 16:
+            raise UserError("--exact-max must be between 0 and 16 (2^K coalitions)")
+        return self
+
+
+@dataclass
+class ShapleyResult:
+    values: np.ndarray  # φ_k
+    exact: bool
+    samples: int  # orderings walked (0 when exact)
+    base_value: float  # f(none) as the library saw it
+
+
+def _is_exact(K: int, options: ShapleyOptions) -> bool:
+    limit = (
+        options.exact_max if options.backend == "shap" else min(options.exact_max, CAPTUM_EXACT_MAX)
+    )
+    return K <= limit
+
+
+def shapley_shap(f: ValueFunction, options: ShapleyOptions) -> ShapleyResult:
+    import shap
+
+    K = f.K
+    exact = _is_exact(K, options)
+    masker = shap.maskers.Independent(np.zeros((1, K)), max_samples=1)
+    x = np.ones((1, K))
+    state = np.random.get_state()  # shap seeds numpy's global generator; leave it as it was
+    try:
+        if exact:
+            expl = shap.explainers.Exact(f, masker)(x, batch_size=1 << K, silent=True)
+            samples = 0
+        else:
+            pairs = (options.samples + 1) // 2
+            explainer = shap.explainers.Permutation(f, masker, seed=options.seed)
+            expl = explainer(x, max_evals=pairs * (2 * K + 1), batch_size=2 * K + 1, silent=True)
+            samples = 2 * pairs
+    finally:
+        np.random.set_state(state)
+    return ShapleyResult(
+        np.asarray(expl.values[0], dtype=np.float64),
+        exact,
+        samples,
+        float(np.asarray(expl.base_values).reshape(-1)[0]),
+    )
+
+
+def _orderings(K: int, samples: int, seed: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.permutation(K).tolist() for _ in range(samples)]
+
+
+def shapley_captum(f: ValueFunction, options: ShapleyOptions) -> ShapleyResult:
+    from captum.attr import ShapleyValues, ShapleyValueSampling
+
+    K = f.K
+    exact = _is_exact(K, options)
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(f(x), dtype=torch.float64)
+
+    inputs = torch.ones(1, K, dtype=torch.float64)
+    baselines = torch.zeros(1, K, dtype=torch.float64)
+    if exact:
+        # Every coalition occurs: score all 2^K in one batch, then captum walks the K! orderings.
+        f(np.array(list(itertools.product([False, True], repeat=K)), dtype=bool))
+        values = ShapleyValues(forward).attribute(
+            inputs, baselines=baselines, perturbations_per_eval=K
+        )
+        samples = 0
+    else:
+        orders = _orderings(K, options.samples, options.seed)
+        # The coalitions captum will meet: each prefix of each ordering. Score them in one batch.
+        rows = []
+        for order in orders:
+            m = np.zeros(K, dtype=bool)
+            rows.append(m.copy())
+            for k in order:
+                m[k] = True
+                rows.append(m.copy())
+        masks = np.array(rows)
+        f(masks)
+        svs = ShapleyValueSampling(forward)
+        svs.permutation_generator = lambda num_features, num_samples: iter(orders)
+        values = svs.attribute(
+            inputs, baselines=baselines, n_samples=len(orders), perturbations_per_eval=K
+        )
+        samples = len(orders)
+    return ShapleyResult(values[0].double().numpy(), exact, samples, f.empty)
+
+
+def run(ctx: TraceContext, options: ShapleyOptions) -> MethodRows:
+    """Shapley rows for one trace: score = φ_k; backend, exact, samples and f(all), f(none)."""
+    f = value_function(ctx, options.target)
+    with f.record() as seen:
+        result = (shapley_shap if options.backend == "shap" else shapley_captum)(f, options)
+    full, empty = f.full, f.empty
+    return {
+        "shapley": [
+            {
+                "score": float(result.values[k]),
+                "backend": options.backend,
+                "exact": result.exact,
+                "samples": result.samples,
+                "coalitions": len(seen),
+                "value_full": full,
+                "value_empty": empty,
+            }
+            for k in range(f.K)
+        ]
+    }
+
+
+def reserve(scorer, trace, options: ShapleyOptions) -> int:
+    extra = (
+        len(scorer.encode_text(options.target.baseline_text)) if options.target.baseline_text else 0
+    )
+    return 64 + 16 * extra
+
+
+SPEC = MethodSpec(
+    name="shapley",
+    options_type=ShapleyOptions,
+    run=run,
+    labels=lambda options: ["shapley"],
+    reserve=reserve,
+    description="Shapley values of segments for f = log p(Y* | reasoning ⊕ E) (shap or captum)",
+)
