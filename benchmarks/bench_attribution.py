@@ -13,14 +13,16 @@ and the same attributions:
   `LLMAttribution(ShapleyValueSampling)`, with the same N orderings of the segments.
 
 The stock side is captum's `LLMAttribution` over a `TextTemplateInput` whose features are the
-segment texts (baseline "": deletion), run with `forward_in_tokens=False` (its faster mode: one
-forward over input ⊕ target per perturbation). Its tokenizer is wrapped only so the perturbed
-strings become exactly cotcredit's token ids (prompt and response tokenized separately, segments
-cut at token boundaries): the template joins the pieces with a separator character that the
-wrapper splits on; decoding and everything else go to the real tokenizer. The cotcredit time
-includes the trace's forward pass (in a run that pass is shared with segmentation; the time
-without it is printed too). Timings are wall-clock, the best of `--repeats` interleaved runs
-(the machine may be running other work: the load average is printed).
+segment texts (baseline "": deletion), by default with `forward_in_tokens=False` (its faster
+mode: one forward over input ⊕ target per perturbation; `--stock-mode tokens` is captum's own
+default, which decodes the target token by token on a KV cache). Its tokenizer is wrapped only
+so that the perturbed strings become exactly cotcredit's token ids (prompt and response tokenized
+separately, segments cut at token boundaries): the template joins the pieces with a separator
+character that the wrapper splits on; decoding and everything else go to the real tokenizer.
+The cotcredit time includes the trace's forward pass (in a run that pass is shared with
+segmentation; the time without it is printed too). Timings are wall-clock, the best of
+`--repeats` interleaved runs (other work on the machine distorts them: the load is printed;
+`--threads 1` is steadier on a busy machine).
 """
 
 from __future__ import annotations
@@ -122,12 +124,22 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--samples", type=int, default=8, help="Shapley orderings (both sides)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3, help="best of this many interleaved runs")
+    ap.add_argument(
+        "--stock-mode",
+        choices=("seq", "tokens"),
+        default="seq",
+        help="captum's forward: seq = one pass over input + target (its faster mode, default "
+        "here); tokens = its default, target decoded token by token with a KV cache",
+    )
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     args = ap.parse_args(argv)
 
     from captum.attr import FeatureAblation, LLMAttribution, ShapleyValueSampling, TextTemplateInput
 
     torch.set_grad_enabled(False)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     scorer = load_scorer(ModelOptions(model=args.model, device="cpu", dtype="float32"))
     if not args.synthetic and Path(args.traces).exists():
         trace = read_traces(args.traces).traces[0]
@@ -188,7 +200,9 @@ def main(argv: list[str] | None = None) -> dict:
             kwargs = {"n_samples": len(orders)}
         llm = LLMAttribution(algo, tok)
         t0 = time.perf_counter()
-        res = llm.attribute(inp, target=answer, forward_in_tokens=False, **kwargs)
+        res = llm.attribute(
+            inp, target=answer, forward_in_tokens=args.stock_mode == "tokens", **kwargs
+        )
         dt = time.perf_counter() - t0
         return res.seq_attr.double().cpu().numpy()[1 : K + 1], dt
 
@@ -219,12 +233,14 @@ def main(argv: list[str] | None = None) -> dict:
         "reasoning_tokens": enc.n_reasoning,
         "segments": K,
         "samples": args.samples,
+        "stock_mode": args.stock_mode,
         "threads": torch.get_num_threads(),
         "load": os.getloadavg()[0],
     }
     print(
         f"model {info['model']}; trace {trace.id}: {enc.prompt_len} prompt + {enc.n_reasoning} "
         f"reasoning tokens, {K} segments; Shapley: {args.samples} orderings; "
+        f"captum forward mode {args.stock_mode}; "
         f"{info['threads']} threads, load {info['load']:.1f}"
     )
     print(

@@ -343,3 +343,29 @@ def test_cli_bad_input_exits_2_with_one_line(
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], err
+
+
+def test_packed_passes_share_common_continuation_prefixes_exactly(scorer):
+    """Continuations of one prefix sharing leading tokens (a trie in the packed pass)."""
+    from cotcredit.lm import Continuation
+
+    ctx = make_ctx(scorer, 3)
+    ids = ctx.encoded.ids
+    p = ctx.encoded.prompt_len
+    a, b = ids[p + 4 : p + 14], ids[p + 20 : p + 26]
+    conts = [
+        Continuation(p + 2, a + b, 3),
+        Continuation(p + 2, a[:5] + b, 2),
+        Continuation(p + 2, a, 0),  # a prefix of the first
+        Continuation(p + 2, a + b, 3),  # a duplicate
+        Continuation(p + 9, a + b, 1, (1, 2, 3)),
+        Continuation(len(ids), b, 1),
+    ]
+    naive = scorer.score_continuations_naive(ids, conts)
+    for budget in (1024, 12):  # one pass, and groups split mid-trie
+        scorer_small = scorer.with_options(scorer.options)
+        scorer_small.query_budget = budget
+        packed = scorer_small.score_continuations(ctx.forward, conts)
+        for x, y in zip(packed, naive, strict=True):
+            assert x.logprob == pytest.approx(y.logprob, abs=1e-4)
+            np.testing.assert_allclose(x.token_logprobs, y.token_logprobs, atol=1e-4)

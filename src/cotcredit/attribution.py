@@ -21,6 +21,9 @@ block = the kept tokens after it (their positions continue the prefix's, exactly
 semantics) + E + Y*. `ValueFunction` takes an (n × K) batch of 0/1 masks, memoises the values of
 coalitions it has seen, and scores all new ones in packed passes on the cache
 (`Scorer.score_continuations`). A full coalition is a continuation at the end of the trace.
+Inside a packed pass, continuations of one prefix that agree on the next segments share those
+tokens (a token trie), so Shapley's many coalitions cost far fewer tokens than their sum.
+LOO's "all but k" blocks share nothing: its cost is Σ_k (tokens after segment k) + K·|E ⊕ Y*|.
 """
 
 from __future__ import annotations

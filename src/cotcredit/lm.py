@@ -392,7 +392,8 @@ class Scorer:
         ids, offsets = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
         starts = [o[0] for o in offsets]
         cut = [True] + [starts[i] >= offsets[i - 1][1] for i in range(1, len(ids))]
-        n = sum(1 for s in starts if s < rend)
+        # Reasoning tokens end before `rend`; a token straddling it (".</") is left out.
+        n = sum(1 for o in offsets if o[1] <= rend)
         while 0 < n < len(ids) and not cut[n]:
             n -= 1
         end_char = starts[n] if n < len(ids) else len(trace.response)
@@ -503,7 +504,11 @@ class Scorer:
             if not 1 <= c.prefix_len <= L:
                 raise ValueError(f"prefix_len {c.prefix_len} outside 1..{L}")
         results: list[ContinuationScore | None] = [None] * len(conts)
-        pending = self._pack(conts, range(len(conts)))
+        # Sorted so continuations of one prefix that share leading tokens are neighbours: each
+        # packed pass holds them as a token trie and scores shared tokens once (attribution's
+        # coalitions share long stretches of kept reasoning).
+        order = sorted(range(len(conts)), key=lambda i: (conts[i].prefix_len, conts[i].ids))
+        pending = self._pack(conts, order)
         while pending:
             group = pending.pop(0)
             try:
@@ -529,15 +534,23 @@ class Scorer:
         return results  # type: ignore[return-value]
 
     def _pack(self, conts: Sequence[Continuation], indices) -> list[list[int]]:
-        """Split continuation indices into groups of at most `query_budget` query tokens."""
-        groups, cur, cur_len = [], [], 0
+        """Split continuation indices into groups of at most `query_budget` query tokens.
+
+        A continuation costs the tokens it does not share with the previous one of its group
+        (same prefix and leading tokens are shared in the pass's token trie).
+        """
+        groups, cur, cur_len, prev = [], [], 0, None
         for i in indices:
-            size = len(conts[i].ids) + 1
+            c = conts[i]
+            size = len(c.ids) + 1
+            if cur and prev.prefix_len == c.prefix_len:
+                size -= _common_prefix(prev.ids, c.ids) + 1
             if cur and cur_len + size > self.query_budget:
                 groups.append(cur)
-                cur, cur_len = [], 0
+                cur, cur_len, size = [], 0, len(c.ids) + 1
             cur.append(i)
             cur_len += size
+            prev = c
         if cur:
             groups.append(cur)
         return groups
@@ -545,23 +558,45 @@ class Scorer:
     def _score_group(
         self, base: TracePass, conts: Sequence[Continuation], group: list[int]
     ) -> list[ContinuationScore]:
-        """One packed pass over the blocks of `group` on top of `base.cache`."""
+        """One packed pass over the continuations of `group` on top of `base.cache`.
+
+        The query tokens form a trie: a root per prefix (the token at prefix_len - 1, re-fed)
+        and one node per distinct continuation prefix after it; each node attends to the trace
+        before its prefix, to its ancestors and to itself, at position prefix_len - 1 + depth.
+        Consecutive continuations (of a sorted group) share their common leading tokens.
+        """
         L = len(base.ids)
         min_val = torch.finfo(self.dtype).min
-        tokens, positions, blocks = [], [], []
+        tokens: list[int] = []
+        positions: list[int] = []
+        parents: list[int] = []
+        paths: list[list[int]] = []
+        prev: Continuation | None = None
         for i in group:
             c = conts[i]
-            blocks.append((len(tokens), c))
-            tokens += [base.ids[c.prefix_len - 1], *c.ids]
-            positions += list(range(c.prefix_len - 1, c.prefix_len + len(c.ids)))
+            if prev is not None and prev.prefix_len == c.prefix_len:
+                share = _common_prefix(prev.ids, c.ids)
+                path = paths[-1][: share + 1]
+            else:
+                share, path = 0, [len(tokens)]
+                tokens.append(base.ids[c.prefix_len - 1])
+                positions.append(c.prefix_len - 1)
+                parents.append(-1)
+            for j in range(share, len(c.ids)):
+                parents.append(path[-1])
+                path.append(len(tokens))
+                tokens.append(c.ids[j])
+                positions.append(c.prefix_len + j)
+            paths.append(path)
+            prev = c
         Q = len(tokens)
         mask = torch.full((Q, L + Q), min_val, dtype=self.dtype, device=self.device)
-        for off, c in blocks:
-            size = len(c.ids) + 1
-            mask[off : off + size, : c.prefix_len - 1] = 0
-            causal = torch.ones(size, size, dtype=torch.bool, device=self.device).tril()
-            sub = mask[off : off + size, L + off : L + off + size]
-            sub[causal] = 0
+        for q in range(Q):
+            if parents[q] < 0:
+                mask[q, : positions[q]] = 0  # the trace before the re-fed token
+            else:
+                mask[q] = mask[parents[q]]  # parents come first: everything the parent sees
+            mask[q, L + q] = 0
         out = self._decoder()(
             input_ids=torch.tensor([tokens], device=self.device),
             position_ids=torch.tensor([positions], device=self.device),
@@ -570,7 +605,12 @@ class Scorer:
             use_cache=True,
         )
         base.cache.crop(-Q)  # remove the probe tokens again
-        return self._score_block_outputs(out.last_hidden_state[0], blocks)
+        hidden = out.last_hidden_state[0]
+        results = []
+        for i, path in zip(group, paths, strict=True):
+            idx = torch.tensor(path, device=hidden.device)
+            results += self._score_block_outputs(hidden[idx], [(0, conts[i])])
+        return results
 
     @torch.no_grad()
     def score_continuations_naive(
@@ -635,6 +675,16 @@ class Scorer:
             c = Continuation(prefix_len=n - t, ids=list(q[n - t :]), terminators=terminators)
             out.append(self._score_block_outputs(h[j, n - t - 1 : n], [(0, c)])[0].logprob)
         return out
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common leading run of two token lists."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 MIN_QUERY_BUDGET = 64  # query tokens per packed pass below which out-of-memory is an error
