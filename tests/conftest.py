@@ -25,6 +25,19 @@ CORPUS = [
 ]
 
 
+def run_cli(argv, capsys):
+    """Run `cotcredit` in-process; returns (exit code, stdout, stderr)."""
+    from cotcredit.cli import main
+
+    code = 0
+    try:
+        main([str(a) for a in argv])
+    except SystemExit as e:
+        code = e.code or 0
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
 def build_tiny_model_dir(folder: Path, seed: int = 0, layers: int = 2) -> Path:
     """Save a tiny random Llama (hidden 64) and a trained byte-level BPE tokenizer to `folder`."""
     import torch

@@ -4,19 +4,11 @@ import json
 
 import pandas as pd
 import pytest
+from conftest import run_cli
 
-from cotcredit.cli import main
 from cotcredit.tables import read_metadata
 
-
-def run(argv, capsys):
-    code = 0
-    try:
-        main([str(a) for a in argv])
-    except SystemExit as e:
-        code = e.code or 0
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
+run = run_cli
 
 
 def test_segment_end_to_end_and_resume(tiny_model_dir, traces_file, tmp_path, capsys):

@@ -4,20 +4,12 @@ import json
 
 import pandas as pd
 import pytest
+from conftest import run_cli
 
-from cotcredit.cli import main
 from cotcredit.compare import method_options
 from cotcredit.errors import UserError
 
-
-def run(argv, capsys):
-    code = 0
-    try:
-        main([str(a) for a in argv])
-    except SystemExit as e:
-        code = e.code or 0
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
+run = run_cli
 
 
 def test_compare_end_to_end(tiny_model_dir, traces_file, tmp_path, capsys):

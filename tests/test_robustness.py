@@ -22,8 +22,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import run_cli
 
-from cotcredit.cli import main
 from cotcredit.errors import UserError
 from cotcredit.lm import ModelOptions, load_scorer
 from cotcredit.tables import NonFiniteScore, TableWriter, read_metadata
@@ -31,15 +31,6 @@ from cotcredit.tables import NonFiniteScore, TableWriter, read_metadata
 N_TRACES = 48
 
 
-def run_cli(argv, capsys):
-    """Run `cotcredit` in-process; returns (exit code, stdout, stderr)."""
-    code = 0
-    try:
-        main([str(a) for a in argv])
-    except SystemExit as e:
-        code = e.code or 0
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
 
 
 def write_traces(path: Path, n: int, seed: int = 0) -> Path:

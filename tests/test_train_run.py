@@ -16,7 +16,8 @@ import torch
 
 pytest.importorskip("trl")
 
-from cotcredit.cli import main  # noqa: E402
+from conftest import run_cli
+
 from cotcredit.lm import ModelOptions, Scorer  # noqa: E402
 from cotcredit.methods.base import TraceContext  # noqa: E402
 from cotcredit.methods.rredcot import RredcotOptions, estimate, redistribute_rewards  # noqa: E402
@@ -88,14 +89,7 @@ def make_config(folder: Path, model_dir: Path, mode: str, **replace) -> Path:
     return path
 
 
-def cli(argv, capsys):
-    code = 0
-    try:
-        main([str(a) for a in argv])
-    except SystemExit as e:
-        code = e.code or 0
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
+cli = run_cli
 
 
 @pytest.fixture(scope="module")
