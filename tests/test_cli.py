@@ -107,3 +107,16 @@ def test_python_api_matches_cli(tiny_model_dir, traces_file, tmp_path, capsys):
     run(["segment", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "3"], capsys)
     cli = pd.read_parquet(out)
     assert df[["trace_id", "segment", "text"]].equals(cli[["trace_id", "segment", "text"]])
+
+
+def test_python_api_methods_equal_cli_rows(tiny_model_dir, traces_file, tmp_path, capsys):
+    import cotcredit
+
+    api = cotcredit.attribute(traces_file, methods=["loo"], model=tiny_model_dir)
+    out = tmp_path / "attr.parquet"
+    code, _, err = run(["attribute", traces_file, "--method", "loo", "--model", tiny_model_dir,
+                        "-o", out, "-q"], capsys)
+    assert code == 0, err
+    cli = pd.read_parquet(out)
+    assert api.score.tolist() == pytest.approx(cli.score.tolist(), abs=1e-9)
+    assert callable(cotcredit.compare) and callable(cotcredit.generate) and callable(cotcredit.train)

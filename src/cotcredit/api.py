@@ -88,3 +88,19 @@ def redistribute(traces, output=None, *, options=None, **kwargs) -> pd.DataFrame
     from cotcredit.methods.rredcot import RredcotOptions
 
     return score(traces, {"rredcot": options or RredcotOptions()}, output, **kwargs)
+
+
+def mc_baseline(traces, output=None, *, options=None, **kwargs) -> pd.DataFrame:
+    """Monte Carlo rollout values per segment (see `cotcredit.methods.mc`)."""
+    from cotcredit.methods.mc import McOptions
+
+    return score(traces, {"mc": options or McOptions()}, output, **kwargs)
+
+
+def attribute(traces, output=None, *, methods: dict[str, object] | Sequence[str] = ("loo", "shapley"),
+              **kwargs) -> pd.DataFrame:
+    """Leave-one-out, Shapley and gradient attribution on the segments; `methods` is a list of
+    names (default options) or a mapping name -> options."""
+    if not isinstance(methods, dict):
+        methods = {name: None for name in methods}
+    return score(traces, methods, output, **kwargs)
