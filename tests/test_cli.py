@@ -119,4 +119,3 @@ def test_python_api_methods_equal_cli_rows(tiny_model_dir, traces_file, tmp_path
     assert code == 0, err
     cli = pd.read_parquet(out)
     assert api.score.tolist() == pytest.approx(cli.score.tolist(), abs=1e-9)
-    assert callable(cotcredit.compare) and callable(cotcredit.generate) and callable(cotcredit.train)

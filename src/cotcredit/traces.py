@@ -176,7 +176,7 @@ def _parse_outcome(value: object, key: str, src: str, line: int) -> float | None
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return float(value.strip().lower() == "true")
     raise TraceError(
-        src, line, f"field '{key}' must be a boolean or a finite number, got {value!r:.40}"
+        src, line, f"field '{key}' must be a boolean or a finite number, got {type(value).__name__}"
     )
 
 
