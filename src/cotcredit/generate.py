@@ -31,7 +31,14 @@ from pathlib import Path
 from cotcredit import grading
 from cotcredit.errors import UserError
 from cotcredit.generation import SamplingOptions, get_generator
-from cotcredit.traces import FieldNames, TraceError, decode_line, iter_lines, parse_trace
+from cotcredit.traces import (
+    FieldNames,
+    TraceError,
+    check_jsonl_file,
+    decode_line,
+    iter_lines,
+    parse_trace,
+)
 
 _RESPONSE_KEY = "\x00cotcredit-response"  # placeholder response field: problems have none
 # Fields of an output line that must match for a file to be resumed.
@@ -88,12 +95,8 @@ def parse_problem(obj: object, src: str, line: int, names: FieldNames = FieldNam
 def read_problems(path: str | Path, names: FieldNames = FieldNames(), on_error: str = "raise",
                   max_problems: int | None = None) -> tuple[list[Problem], list[str]]:
     """Problems of a JSONL file and the messages of lines skipped with on_error="skip"."""
-    path = Path(path)
+    path = check_jsonl_file(path)
     src = str(path)
-    if not path.exists():
-        raise UserError(f"{src}: no such file")
-    if path.is_dir():
-        raise UserError(f"{src}: is a directory, expected a JSONL file")
     problems: list[Problem] = []
     skipped: list[str] = []
     seen: dict[str, int] = {}

@@ -185,12 +185,28 @@ def model_fingerprint(folder: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
+def load_model_files(path: str, dtype: torch.dtype, what: str):
+    """(model, tokenizer) from a folder or hub id given by `locate_model`; a load failure is one
+    line naming `what` (e.g. "--model x")."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(
+            f"{what}: cannot load ({first[:200]}); give a local folder, a .gguf file, or a hub "
+            "id already in the Hugging Face cache (no network here?)"
+        ) from None
+    return model, tok
+
+
 _LOADED: dict[tuple, Scorer] = {}
 
 
 def load_scorer(options: ModelOptions | None = None) -> Scorer:
     """Load a model once per process (cached by model, device and dtype) and wrap it."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     options = options or ModelOptions()
@@ -201,15 +217,7 @@ def load_scorer(options: ModelOptions | None = None) -> Scorer:
         return _LOADED[key].with_options(options)
     hf_logging.disable_progress_bar()
     path, label = locate_model(options.model)
-    try:
-        tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(
-            f"--model {options.model}: cannot load ({first[:200]}); give a local folder, a .gguf "
-            "file, or a hub id already in the Hugging Face cache (no network here?)"
-        ) from None
+    model, tok = load_model_files(path, dtype, f"--model {options.model}")
     model.to(device).eval()
     scorer = Scorer(model, tok, options=options, name=label)
     scorer.fingerprint = model_fingerprint(path)

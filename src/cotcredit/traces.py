@@ -243,6 +243,20 @@ class ReadResult:
     skipped: list[TraceError]
 
 
+def check_jsonl_file(path: str | Path) -> Path:
+    """`path` as a Path if it is a readable file, else a one-line UserError."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such file")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, expected a JSONL file")
+    try:
+        open(path, "rb").close()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    return path
+
+
 def iter_lines(path: Path) -> Iterator[tuple[int, str | None, str | None]]:
     """Yield (line number, text, error) for each non-blank line; bad UTF-8 gives an error."""
     with open(path, "rb") as fh:
@@ -269,19 +283,11 @@ def read_traces(
     on_error="raise" stops at the first bad line with a `TraceError`; "skip" collects the errors
     and keeps going. Duplicate ids are an error (results are keyed by trace id).
     """
-    path = Path(path)
+    path = check_jsonl_file(path)
     src = str(path)
-    if not path.exists():
-        raise UserError(f"{src}: no such file")
-    if path.is_dir():
-        raise UserError(f"{src}: is a directory, expected a JSONL file")
     traces: list[Trace] = []
     skipped: list[TraceError] = []
     seen: dict[str, int] = {}
-    try:
-        open(path, "rb").close()
-    except OSError as e:
-        raise UserError(f"{src}: cannot read ({e.strerror or e})") from None
     for n, line, err in iter_lines(path):
         try:
             if err:

@@ -126,10 +126,9 @@ def correct(completions, answer, **kwargs) -> list[float]:
 def load_policy(cfg: TrainConfig):
     """(model, tokenizer, display name): a fresh float32 (``dtype: auto``) copy on the CPU."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from cotcredit.lm import locate_model
+    from cotcredit.lm import load_model_files, locate_model
 
     hf_logging.disable_progress_bar()
     path, label = locate_model(cfg.model)
@@ -139,15 +138,7 @@ def load_policy(cfg: TrainConfig):
         "bfloat16": torch.bfloat16,
         "float16": torch.float16,
     }[cfg.dtype]
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(
-            f"model {cfg.model}: cannot load ({first[:200]}); give a local folder, a .gguf file, "
-            "or a hub id already in the Hugging Face cache (no network here?)"
-        ) from None
+    model, tokenizer = load_model_files(path, dtype, f"model {cfg.model}")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer, label
