@@ -11,7 +11,15 @@ import pkgutil
 from cotcredit.errors import UserError
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 
-__all__ = ["MethodRows", "MethodSpec", "TraceContext", "registry", "get_method", "label_to_method"]
+__all__ = [
+    "MethodRows",
+    "MethodSpec",
+    "TraceContext",
+    "get_method",
+    "label_to_method",
+    "method_order",
+    "registry",
+]
 
 _REGISTRY: dict[str, MethodSpec] | None = None
 
@@ -28,7 +36,7 @@ def registry() -> dict[str, MethodSpec]:
             spec = getattr(module, "SPEC", None)
             if isinstance(spec, MethodSpec):
                 found[spec.name] = spec
-        _REGISTRY = dict(sorted(found.items()))
+        _REGISTRY = dict(sorted(found.items(), key=lambda kv: (kv[1].order, kv[0])))
     return _REGISTRY
 
 
@@ -46,8 +54,21 @@ def get_method(name: str) -> MethodSpec:
 def label_to_method(label: str) -> str | None:
     """The method that writes rows labelled `label` (e.g. gradient-ig -> gradient)."""
     for name, spec in registry().items():
-        if label == name or label in spec.labels(spec.options_type()):
+        if label == name or label in spec.all_labels:
             return name
         if label.startswith(name + "-"):
             return name
     return None
+
+
+def method_order(labels) -> list[str]:
+    """Distinct row labels (method names or labels such as gradient-ig) in display order: the
+    registry's order of their methods, a method's labels in its own order, then unknown labels
+    alphabetically."""
+    distinct = list(dict.fromkeys(str(x) for x in labels))
+    rank: dict[str, tuple[int, int]] = {}
+    for pos, (name, spec) in enumerate(registry().items()):
+        for sub, lab in enumerate((name, *spec.all_labels)):
+            rank.setdefault(lab, (pos, sub))
+    known = sorted((x for x in distinct if x in rank), key=lambda x: rank[x])
+    return known + sorted(x for x in distinct if x not in rank)

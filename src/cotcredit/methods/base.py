@@ -48,3 +48,16 @@ class MethodSpec:
     # Context tokens a trace must leave free for this method's probes: (scorer, trace, options).
     reserve: Callable[[Scorer, Any, Any], int] = lambda scorer, trace, options: 64
     description: str = ""
+    # The method's own columns (besides `score`) and their Arrow types ("float64", "int64",
+    # "string", "bool"): every table has a fixed schema, declared here, never inferred per trace.
+    columns: dict[str, str] = field(default_factory=dict)
+    order: int = 100  # position in reports and listings (lower first)
+    all_labels: tuple[str, ...] = ()  # every label the method can write (default: its name)
+    # The command that writes this method's table and its default output name, e.g.
+    # ("redistribute", "rredcot.parquet"); "TRACES" stands for the traces file.
+    command: str = ""
+    default_output: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.all_labels:
+            object.__setattr__(self, "all_labels", (self.name,))

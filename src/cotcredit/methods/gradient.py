@@ -140,4 +140,9 @@ SPEC = MethodSpec(
     labels=_labels,
     reserve=lambda scorer, trace, options: 64,
     description="captum gradient attribution (ig, saliency, ixg) on input embeddings, per segment",
+    columns={"l2": "float64", "delta": "float64", "steps": "int64", "value_full": "float64", "value_baseline": "float64"},
+    order=4,
+    all_labels=tuple(f"gradient-{k}" for k in KINDS),
+    command="cotcredit attribute TRACES --method gradient",
+    default_output="attr.parquet",
 )

@@ -71,4 +71,8 @@ SPEC = MethodSpec(
     labels=lambda options: ["loo"],
     reserve=reserve,
     description="leave-one-out: f(all) − f(all but segment k), f = log p(Y* | reasoning ⊕ E)",
+    columns={"value_full": "float64", "value_without": "float64"},
+    order=2,
+    command="cotcredit attribute TRACES --method loo",
+    default_output="attr.parquet",
 )

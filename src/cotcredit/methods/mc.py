@@ -254,4 +254,8 @@ SPEC = MethodSpec(
     labels=lambda options: ["mc"],
     reserve=reserve,
     description="Monte Carlo values V_k from N graded rollouts per boundary; credit V_k − V_(k−1)",
+    columns={"value_before": "float64", "value_after": "float64", "stderr": "float64", "n_rollouts": "int64", "n_correct": "int64", "n_truncated": "int64", "interpolated": "bool", "trace_rollouts": "int64", "trace_truncated": "int64", "truncated_policy": "string", "score_note": "string"},
+    order=1,
+    command="cotcredit mc-baseline TRACES",
+    default_output="mc.parquet",
 )

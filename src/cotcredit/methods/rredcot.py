@@ -172,4 +172,8 @@ SPEC = MethodSpec(
     labels=lambda options: ["rredcot"],
     reserve=reserve,
     description="RREDCoT segment rewards from the model's own answer and solution probabilities",
+    columns={"r_hat": "float64", "v_hat": "float64", "r_hat_before": "float64", "v_hat_before": "float64", "g_before": "float64", "g_after": "float64", "correction": "float64", "outcome": "float64", "sum_to": "string"},
+    order=0,
+    command="cotcredit redistribute TRACES",
+    default_output="rredcot.parquet",
 )

@@ -184,4 +184,8 @@ SPEC = MethodSpec(
     labels=lambda options: ["shapley"],
     reserve=reserve,
     description="Shapley values of segments for f = log p(Y* | reasoning ⊕ E) (shap or captum)",
+    columns={"backend": "string", "exact": "bool", "samples": "int64", "coalitions": "int64", "value_full": "float64", "value_empty": "float64"},
+    order=3,
+    command="cotcredit attribute TRACES --method shapley",
+    default_output="attr.parquet",
 )
