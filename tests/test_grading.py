@@ -243,6 +243,129 @@ def test_reference_parse_is_cached() -> None:
     assert grading._parse_math.cache_info().hits > info.hits
 
 
+def test_a_parse_that_timed_out_is_not_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """math-verify's own parse meets a timeout once (as signal.alarm would raise it inside its
+    extraction): that grade fails, but the next grade of the same strings parses afresh."""
+    import math_verify.parser
+    from math_verify.errors import TimeoutException
+
+    real = math_verify.parser.extract_target_from_pred
+    calls: list[str] = []
+
+    def slow_once(pred, *args, **kwargs):
+        calls.append(pred)
+        if len(calls) == 1:
+            raise TimeoutException("Operation timed out!")
+        return real(pred, *args, **kwargs)
+
+    monkeypatch.setattr(math_verify.parser, "extract_target_from_pred", slow_once)
+    grading._parse_math.cache_clear()
+    assert grade("\\frac{6}{22}", "\\frac{9}{33}") is False  # the reference's parse timed out
+    assert grade("\\frac{6}{22}", "\\frac{9}{33}") is True
+    assert calls == ["$\\frac{9}{33}$", "$\\frac{9}{33}$", "$\\frac{6}{22}$"]
+    # Once parsed, both are remembered.
+    assert grade("\\frac{6}{22}", "\\frac{9}{33}") is True
+    assert len(calls) == 3
+
+
+def test_a_parse_that_raised_is_not_remembered_but_nothing_parsed_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import math_verify
+
+    real = math_verify.parse
+    calls: list[str] = []
+
+    def flaky(text, *args, raise_on_error=False, **kwargs):
+        calls.append(text)
+        if len(calls) == 1:
+            if raise_on_error:
+                raise RuntimeError("transient failure inside math-verify")
+            return []  # what math-verify returns for any error unless asked to raise
+        return real(text, *args, raise_on_error=raise_on_error, **kwargs)
+
+    monkeypatch.setattr(math_verify, "parse", flaky)
+    grading._parse_math.cache_clear()
+    assert grade("\\frac{4}{14}", "\\frac{6}{21}") is False
+    assert grade("\\frac{4}{14}", "\\frac{6}{21}") is True
+    assert calls == ["$\\frac{6}{21}$", "$\\frac{6}{21}$", "$\\frac{4}{14}$"]
+    # A genuine "nothing parseable" is a verdict: cached like a success, parsed once.
+    assert real("$\\\\$", raise_on_error=True) == []
+    assert grade("\\\\", "\\frac{6}{21}") is False
+    assert grade("\\\\", "\\frac{6}{21}") is False
+    assert calls.count("$\\\\$") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# A completion that continues a prefix (Monte Carlo rollouts): only what it states counts
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prefix", "completion", "expected"),
+    [
+        # An answer statement begun in the prefix and finished by the completion counts.
+        ("Adding up, so the answer is", " 12.", "12"),
+        ("Adding up, so the answer is ", "12", "12"),
+        ("Adding up, so the ans", "wer is 12. Done.", "12"),
+        ("Adding up, so the answer is 1", "2.", "12"),
+        ("Final Answer:\n", "\n$$12$$", "12"),
+        ("The result is \\boxed{1", "2}.", "12"),
+        ("The result is \\boxed{12", "}.", "12"),  # the completion closes the box
+        ("The result is \\bo", "xed{12}.", "12"),
+        # An answer wholly inside the prefix does not grade the completion.
+        ("The answer is \\boxed{12}.\n", "Hmm, let me check that again.", None),
+        ("The answer is \\boxed{12}", "", None),
+        ("The answer is \\boxed{12}", ".", None),
+        ("The answer is 12", ".", None),  # the completion only ends the sentence
+        ("The answer is 12. ", "Let me double-check.", None),
+        # The completion's own answer wins over a prefix box, even a statement over a box.
+        ("First guess: \\boxed{12}.\n", "No: 5 + 8 = 13, so the answer is 13.", "13"),
+        ("The answer is 12.\n", "Wait, \\boxed{13}", "13"),
+    ],
+)
+def test_continuation_is_graded_on_what_it_states(
+    prefix: str, completion: str, expected: str | None
+) -> None:
+    result = grade_completion(completion, "12", prefix=prefix)
+    assert result == GradeResult(answer=expected, correct=expected == "12")
+    assert extract_answer(prefix + completion, start=len(prefix)) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "answer_ends_after"),
+    [
+        ("Work: 5 + 7 = 12, twice. The final answer is $\\boxed{12}$. Done.", "\\boxed{12}"),
+        ("Work: 5 + 7 = 12, twice.\nSo the final answer is 12. Done.", "answer is 12"),
+        ("**Answer:** 12 dollars.\n", "12 dollars"),
+    ],
+)
+def test_every_seam_counts_the_answer_iff_the_completion_writes_its_end(
+    text: str, answer_ends_after: str
+) -> None:
+    """Naive check at every seam of a text stating one answer: the completion text[split:] is
+    graded on it exactly when it holds the answer's last character (a box's closing brace)."""
+    answer = extract_answer(text)
+    end = text.index(answer_ends_after) + len(answer_ends_after)
+    for split in range(len(text) + 1):
+        got = grade_completion(text[split:], "12", prefix=text[:split])
+        assert got == GradeResult(answer if split < end else None, split < end), split
+
+
+def test_the_last_number_fallback_ignores_the_prefix() -> None:
+    prefix = "Adding: 5 + 7 = 12.\n"
+    assert grade_completion("Hmm.", "12", prefix=prefix, fallback_last_number=True).answer is None
+    seam = grade_completion("2 in total", "12", prefix="5 + 7 = 1", fallback_last_number=True)
+    assert seam == GradeResult(answer="12", correct=True)
+
+
+@pytest.mark.parametrize("text", ["", "\\boxed{12}", "The answer is 12.", "so 12", "x"])
+def test_an_empty_prefix_grades_as_without_one(text: str) -> None:
+    for fallback in (False, True):
+        assert grade_completion(text, "12", prefix="", fallback_last_number=fallback) == \
+            grade_completion(text, "12", fallback_last_number=fallback)
+
+
 # ---------------------------------------------------------------------------------------------
 # examples/problems.jsonl
 # ---------------------------------------------------------------------------------------------

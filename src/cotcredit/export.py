@@ -11,7 +11,9 @@ Formats:
   made from a NaN score, so traces with any NaN score are left out and reported in the result.
 * ``jsonl`` — one nested line per trace:
   ``{"trace_id", "run_id", "method", "prompt", "segments": [{"segment", "text", "score",
-  "char_start", ..., method columns}]}``; NaN becomes ``null``.
+  "char_start", ..., method columns}]}``; NaN becomes ``null``. The method columns are every
+  column its spec declares (null ones too, so all records of a method have the same keys) and
+  any other column with a value; integer columns stay integers.
 
 Both formats take one method's scores: a table holding several needs ``method``.
 """
@@ -76,6 +78,14 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)):
         return value
     return str(value)
+
+
+def _declared_columns(method: str) -> dict[str, str]:
+    """The columns the method's spec declares, with their types; empty for an unknown method."""
+    from cotcredit.methods import label_to_method, registry
+
+    owner = label_to_method(method)
+    return dict(registry()[owner].columns) if owner else {}
 
 
 def _choose_method(scores: pd.DataFrame, method: str | None) -> str:
@@ -146,12 +156,22 @@ def export_scores(
             "pass the traces file the scores were computed from"
         )
 
-    # Segment-level columns: the standard ones first, then the method's own non-empty columns.
+    # Segment-level columns: the standard ones first, then the method's own columns: those its
+    # spec declares (even when all null, so every record of a method has one shape) and any
+    # other non-empty one. Columns of other methods sharing the table are null on these rows.
+    declared = _declared_columns(chosen)
     extra = [
         c
         for c in rows.columns
-        if c not in _RECORD_COLUMNS and c not in _SEGMENT_FIRST and rows[c].notna().any()
+        if c not in _RECORD_COLUMNS
+        and c not in _SEGMENT_FIRST
+        and (c in declared or rows[c].notna().any())
     ]
+    for c in extra:
+        # An int column shared with other methods' rows was read back as float (NaN there).
+        values = rows[c].dropna()
+        if declared.get(c) == "int64" and rows[c].dtype.kind == "f" and (values % 1 == 0).all():
+            rows[c] = rows[c].astype("Int64")
     seg_cols = [c for c in _SEGMENT_FIRST if c in rows.columns] + extra
 
     lines: list[str] = []

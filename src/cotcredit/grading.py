@@ -2,6 +2,11 @@
 
 A completion's final answer is the content of its last ``\\boxed{...}`` (or ``\\fbox{...}``),
 else its last final-answer statement ("The final answer is 7.", "**Answer:** 7"), else none.
+A completion that continues a given text (a Monte Carlo rollout from a reasoning prefix) is
+graded on what it states itself: only an answer whose text (of a box: through its closing brace)
+ends inside the completion counts, so an answer statement may begin in the prefix ("so the answer
+is | 12") but a ``\\boxed{}`` or statement wholly inside the prefix never grades the completion
+(no answer = wrong).
 Grading compares that answer with the reference by mathematical equivalence using math-verify
 (``1/2``, ``\\frac{1}{2}`` and ``0.5`` are one answer), with an exact string/number comparison
 in front of it as a fast path and behind it as the fallback when math-verify fails.
@@ -44,8 +49,8 @@ _SENTENCE_END = re.compile(r"\.\s")
 _NUMBER = re.compile(r"(?<![\d.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 
 
-def _boxed_contents(text: str) -> list[str]:
-    """The contents of every complete ``\\boxed{...}``/``\\fbox{...}``, in order of appearance.
+def _boxed_contents(text: str) -> list[tuple[str, int]]:
+    """Every complete ``\\boxed{...}``/``\\fbox{...}`` in order: (content, end of the box).
 
     Braces are matched with nesting; escaped braces (``\\{``, ``\\}``) do not count. A box that
     is never closed (a truncated completion) is skipped.
@@ -63,55 +68,91 @@ def _boxed_contents(text: str) -> list[str]:
             elif char == "}":
                 depth -= 1
                 if depth == 0:
-                    found.append(text[match.end() : i])
+                    found.append((text[match.end() : i], i + 1))
                     break
             i += 1
     return found
 
 
-def _strip_dollars(s: str) -> str:
-    """Remove ``$`` delimiters at the ends when no ``$`` remains inside (``$$7$$``, ``$5``)."""
-    inner = s.strip("$")
-    return inner if "$" not in inner.replace("\\$", "") else s
+def _clean_span(s: str) -> tuple[int, int]:
+    """Bounds ``[i, j)`` of the answer in ``s`` once what surrounds it is stripped: spaces, bold,
+    ``$``/``\\(`` delimiters, a final period. Bounds rather than a string, so that a caller knows
+    where in the text the answer itself ends."""
+    i, j = 0, len(s)
+
+    def strip_space(i: int, j: int) -> tuple[int, int]:
+        while i < j and s[i].isspace():
+            i += 1
+        while j > i and s[j - 1].isspace():
+            j -= 1
+        return i, j
+
+    previous = None
+    while (i, j) != previous:
+        previous = (i, j)
+        i, j = strip_space(i, j)
+        if s.startswith("**", i, j):
+            i += 2
+        if j - i >= 2 and s.endswith("**", i, j):
+            j -= 2
+        i, j = strip_space(i, j)
+        if s.endswith(".", i, j):
+            j -= 1
+        i, j = strip_space(i, j)
+        a, b = i, j  # "$$7$$", "$5": the outer $ go when no $ remains inside
+        while a < b and s[a] == "$":
+            a += 1
+        while b > a and s[b - 1] == "$":
+            b -= 1
+        if "$" not in s[a:b].replace("\\$", ""):
+            i, j = a, b
+        if s.startswith("\\$", i, j):  # currency: "\$5"
+            i += 2
+        for left, right in (("\\(", "\\)"), ("\\[", "\\]")):
+            if j - i >= 4 and s.startswith(left, i, j) and s.endswith(right, i, j):
+                i, j = i + len(left), j - len(right)
+    return i, j
 
 
 def _clean(s: str) -> str:
     """Strip what surrounds an answer: spaces, bold, ``$``/``\\(`` delimiters, a final period."""
-    previous = None
-    while s != previous:
-        previous = s
-        s = s.strip()
-        s = s.removeprefix("**").removesuffix("**").strip()
-        s = s.removesuffix(".").strip()
-        s = _strip_dollars(s)
-        s = s.removeprefix("\\$")  # currency: "\$5"
-        for left, right in (("\\(", "\\)"), ("\\[", "\\]")):
-            if s.startswith(left) and s.endswith(right):
-                s = s[len(left) : -len(right)]
-    return s
+    i, j = _clean_span(s)
+    return s[i:j]
 
 
 def _is_placeholder(s: str) -> bool:
     return s.strip().lower() in _PLACEHOLDERS
 
 
-def _statement_answer(text: str) -> str | None:
-    """The answer of the last final-answer statement that states one."""
+def _line_at(text: str, pos: int) -> tuple[int, int]:
+    """Bounds of the rest of the line that starts at ``pos`` (up to the newline or the end)."""
+    end = text.find("\n", pos)
+    return pos, len(text) if end == -1 else end
+
+
+def _statement_answer(text: str, start: int = 0) -> str | None:
+    """The answer of the last final-answer statement that states one ending after ``start``."""
     for match in reversed(list(_STATEMENT.finditer(text))):
-        rest = text[match.end() :]
-        line, _, after = rest.partition("\n")
-        if not line.strip(" \t*$:"):  # "Answer:\n\n$$7$$" -> the next non-empty line
-            line = next((ln for ln in after.split("\n") if ln.strip()), "")
-        cut = _SENTENCE_END.search(line)
+        a, b = _line_at(text, match.end())
+        if not text[a:b].strip(" \t*$:"):  # "Answer:\n\n$$7$$" -> the next non-empty line
+            a = b
+            while a < len(text):
+                a, b = _line_at(text, a + 1)
+                if text[a:b].strip():
+                    break
+            else:
+                a = b = len(text)
+        cut = _SENTENCE_END.search(text, a, b)
         if cut:
-            line = line[: cut.start()]
-        answer = _clean(line)
-        if answer and not _is_placeholder(answer):
+            b = cut.start()
+        i, j = _clean_span(text[a:b])
+        answer = text[a + i : a + j]
+        if answer and not _is_placeholder(answer) and a + j > start:
             return answer
     return None
 
 
-def extract_answer(text: str, fallback_last_number: bool = False) -> str | None:
+def extract_answer(text: str, fallback_last_number: bool = False, *, start: int = 0) -> str | None:
     """The final answer stated in a model's completion, or None when it states none.
 
     Priority: the content of the last complete ``\\boxed{...}`` or ``\\fbox{...}`` (nested braces
@@ -121,26 +162,37 @@ def extract_answer(text: str, fallback_last_number: bool = False) -> str | None:
     trailing period stripped; else, only if ``fallback_last_number`` is true, the last number in
     the text (thousands separators removed). Never raises; non-string input gives None.
 
+    ``start``: where the completion begins in ``text`` (text before it is a prefix the completion
+    continues). Only an answer whose text ends after ``start`` counts, so the completion must
+    write at least the answer's last character (of a box: its closing brace): "the answer is" +
+    "12" and "\\boxed{1" + "2}" count, while a box, a statement or a number wholly inside the
+    prefix is ignored, as is a statement whose answer the completion only ends ("... is 12" +
+    ".").
+
     >>> extract_answer("So 3 + 4 = 7. The final answer is $\\\\boxed{7}$.")
     '7'
     >>> extract_answer("**Answer:** 12 dollars.")
     '12 dollars'
     >>> extract_answer("3 + 4 = 7") is None
     True
+    >>> prefix = "So the answer is \\\\boxed{7}.\\n"
+    >>> extract_answer(prefix + "Let me check.", start=len(prefix)) is None
+    True
+    >>> extract_answer("So the answer is" + " 8.", start=16)
+    '8'
     """
     if not isinstance(text, str) or not text:
         return None
-    for content in reversed(_boxed_contents(text)):
-        content = content.strip()
-        if not _is_placeholder(content):
-            return content
-    answer = _statement_answer(text)
+    for content, end in reversed(_boxed_contents(text)):
+        if end > start and not _is_placeholder(content):
+            return content.strip()
+    answer = _statement_answer(text, start)
     if answer is not None:
         return answer
     if fallback_last_number:
-        numbers = _NUMBER.findall(text)
+        numbers = [m for m in _NUMBER.finditer(text) if m.end() > start]
         if numbers:
-            return numbers[-1].replace(",", "")
+            return numbers[-1].group().replace(",", "")
     return None
 
 
@@ -271,12 +323,17 @@ def _parse_math(math_text: str, timeout: int | None) -> tuple[object, ...]:
 
     Cached: Monte Carlo rollouts grade thousands of completions against one reference, and their
     extracted answers repeat. Parsed sympy objects are immutable, so sharing them is safe.
+    Only verdicts are cached, never failures: with ``raise_on_error=True`` math-verify raises
+    its ``TimeoutException`` (a BaseException) on a timeout and re-raises any other error
+    instead of returning ``[]`` for both, and ``lru_cache`` stores no result for a call that
+    raises, so a parse that timed out (say, on a busy machine) is tried again next time.
+    ``[]`` then means only "nothing parseable in it". :func:`grade` catches what is raised.
     """
     from math_verify import parse
 
     if len(math_text) > _MAX_MATH_CHARS or _bracket_depth(math_text) > _MAX_BRACKET_DEPTH:
         return ()
-    parsed = parse(math_text, parsing_timeout=timeout)
+    parsed = parse(math_text, parsing_timeout=timeout, raise_on_error=True)
     if not all(_is_tame(p) for p in parsed):
         return ()
     return tuple(parsed)
@@ -341,6 +398,7 @@ def grade_completion(
     completion: str,
     reference: str,
     *,
+    prefix: str = "",
     timeout_s: float = 5,
     fallback_last_number: bool = False,
 ) -> GradeResult:
@@ -348,6 +406,17 @@ def grade_completion(
 
     A completion that states no answer is wrong (``GradeResult(answer=None, correct=False)``)
     unless ``fallback_last_number`` lets its last number stand in.
+
+    ``prefix``: text the completion continues (a Monte Carlo rollout's reasoning prefix). The
+    answer is extracted from ``prefix + completion`` but must end inside the completion (see
+    :func:`extract_answer`'s ``start``): a statement begun in the prefix and finished by the
+    completion counts; an answer wholly inside the prefix does not grade the completion.
     """
-    answer = extract_answer(completion, fallback_last_number=fallback_last_number)
+    if not isinstance(prefix, str):
+        prefix = ""
+    if isinstance(completion, str):
+        text, start = prefix + completion, len(prefix)
+    else:
+        text, start = completion, 0  # not a string: extract_answer gives None
+    answer = extract_answer(text, fallback_last_number=fallback_last_number, start=start)
     return GradeResult(answer=answer, correct=grade(answer, reference, timeout_s=timeout_s))

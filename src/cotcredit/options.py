@@ -2,8 +2,9 @@
 
 Every method's options are a dataclass with its defaults written once; this module builds them
 from strings and nested dicts with type checks, so the CLI, config files and Python agree.
-A key may name a field of a nested options dataclass directly (`exit_string` for
-`forcing.exit_string`) when that is unambiguous.
+A key may name a field of a nested options dataclass by its dotted path (`forcing.exit_string`,
+also in `--set rredcot.forcing.exit_string=...`) or directly (`exit_string`) when that is
+unambiguous; an ambiguous name is an error listing the dotted paths.
 """
 
 from __future__ import annotations
@@ -19,6 +20,37 @@ import tomllib
 import yaml
 
 from cotcredit.errors import UserError
+
+
+def option(default: Any = dataclasses.MISSING, *, help: str, choices: tuple | None = None,
+           default_factory: Any = dataclasses.MISSING, flag: str | None = None,
+           short: str | None = None) -> Any:
+    """A field of an options dataclass with its one-line help: the one place a default and its
+    meaning are written. The CLI, config files, `--set` and Python all read it from here.
+
+    `choices`: the allowed values (checked by `check_choices`); `flag`: the command-line name
+    when it is not `--<field-name>`; `short`: a one-letter alias such as "-k".
+    """
+    meta = {"help": help, "choices": choices, "flag": flag, "short": short}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def flag_name(f: dataclasses.Field) -> str:
+    """The command-line flag of an options field (`--min-tokens` for `min_tokens`)."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def check_choices(obj: Any) -> None:
+    """Raise a one-line UserError for a field whose value is not among its declared choices."""
+    for f in dataclasses.fields(obj):
+        choices = f.metadata.get("choices")
+        value = getattr(obj, f.name)
+        if choices and value not in choices:
+            raise UserError(
+                f"{flag_name(f)} must be one of {', '.join(map(str, choices))}, got '{value}'"
+            )
 
 
 def _convert(value: Any, hint: Any, where: str) -> Any:
@@ -38,6 +70,8 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
                 errors.append(str(e))
         raise UserError(errors[0] if errors else f"{where}: bad value {value!r}")
     if origin is tuple:
+        if not isinstance(value, (str, list, tuple)):
+            raise UserError(f"{where}: expected a list or comma-separated string, got {value!r}")
         items = value.split(",") if isinstance(value, str) else list(value)
         return tuple(_convert(v.strip() if isinstance(v, str) else v, args[0] if args else str, where)
                      for v in items if not (isinstance(v, str) and not v.strip()))
@@ -61,9 +95,12 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
                 raise ValueError
             return int(value)
         if hint is float:
+            if isinstance(value, bool):  # float(True) would be 1.0
+                raise ValueError
             return float(value)
         if hint is str:
-            if not isinstance(value, (str, int, float)):
+            # Not bool: YAML reads an unquoted yes/on/true as True, which would become "True".
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
                 raise ValueError
             return str(value)
     except (TypeError, ValueError):
@@ -78,7 +115,12 @@ def _fields(cls) -> dict[str, tuple[dataclasses.Field, Any]]:
 
 
 def build_options(cls, mapping: dict[str, Any] | None, where: str = "options", base=None):
-    """An instance of options dataclass `cls` from `mapping`, starting from `base` or defaults."""
+    """An instance of options dataclass `cls` from `mapping`, starting from `base` or defaults.
+
+    Keys name fields (``-`` and ``_`` alike); a field holding options of its own takes a mapping,
+    a dotted key (``target.forcing.exit_string``) or, when only one nested field has it, the
+    bare name (``exit_string``). `mapping` is not modified.
+    """
     obj = base if base is not None else cls()
     if not mapping:
         return obj
@@ -86,7 +128,11 @@ def build_options(cls, mapping: dict[str, Any] | None, where: str = "options", b
     updates: dict[str, Any] = {}
     nested_updates: dict[str, dict[str, Any]] = {}
     for key, value in mapping.items():
-        key = key.replace("-", "_")
+        key = str(key).replace("-", "_")
+        head, dot, rest = key.partition(".")
+        if dot and head in fields and dataclasses.is_dataclass(fields[head][1]):
+            nested_updates.setdefault(head, {})[rest] = value
+            continue
         if key in fields:
             _, hint = fields[key]
             if dataclasses.is_dataclass(hint) and isinstance(value, dict):
@@ -99,19 +145,16 @@ def build_options(cls, mapping: dict[str, Any] | None, where: str = "options", b
         if len(owners) == 1:
             nested_updates.setdefault(owners[0], {})[key] = value
             continue
+        if owners:
+            choices = ", ".join(sorted(_paths(cls, key)))
+            raise UserError(f"{where}: option '{key}' is ambiguous; name it as one of {choices}")
         known = ", ".join(sorted(fields))
         raise UserError(f"{where}: unknown option '{key}' (known: {known})")
     for name, sub in nested_updates.items():
         _, hint = fields[name]
-        current = getattr(obj, name)
-        inner = {}
-        for k, v in sub.items():
-            if k in _fields(hint):
-                inner[k] = v
-            else:
-                owner = _find_owner(hint, k)
-                inner.setdefault(owner, {})[k] = v
-        updates[name] = build_options(hint, inner, f"{where}.{name}", base=current)
+        # The nested level resolves its own keys (dotted, bare or ambiguous) the same way.
+        current = updates.get(name, getattr(obj, name))
+        updates[name] = build_options(hint, sub, f"{where}.{name}", base=current)
     return dataclasses.replace(obj, **updates)
 
 
@@ -125,15 +168,31 @@ def _find_owner(cls, key: str) -> str | None:
     return None
 
 
+def _paths(cls, key: str, prefix: str = "") -> list[str]:
+    """Dotted paths of every nested field named `key` below `cls` (``target.forcing.seed``)."""
+    out = []
+    for name, (_, hint) in _fields(cls).items():
+        if name == key and prefix:
+            out.append(prefix + name)
+        if dataclasses.is_dataclass(hint):
+            out += _paths(hint, key, f"{prefix}{name}.")
+    return out
+
+
 def read_config(path: Path) -> dict[str, Any]:
     """A YAML, TOML or JSON file holding {method: {option: value}}."""
     if not path.exists():
         raise UserError(f"{path}: no such file")
-    text = path.read_text(encoding="utf-8")
     try:
-        if path.suffix == ".toml":
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:  # a folder, no permission, not UTF-8
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise UserError(f"{path}: cannot read ({' '.join(reason.split())})") from None
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".toml":
             data = tomllib.loads(text)
-        elif path.suffix == ".json":
+        elif suffix == ".json":
             data = json.loads(text)
         else:
             data = yaml.safe_load(text)
