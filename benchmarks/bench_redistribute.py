@@ -62,61 +62,53 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="model (default: embedded SmolLM2-135M-Instruct)")
     ap.add_argument("--tokens", type=int, default=1024, help="reasoning tokens of the synthetic trace")
     ap.add_argument("--segments", type=int, default=16)
-    ap.add_argument("--value", default="rhat", choices=["rhat", "vhat", "both"])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-naive", action="store_true")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="auto")
     args = ap.parse_args()
 
-    scorer = load_scorer(ModelOptions(model=args.model, device=args.device))
+    scorer = load_scorer(ModelOptions(model=args.model, device=args.device, dtype=args.dtype))
     trace = synthetic_trace(scorer, args.tokens)
-    opts = RredcotOptions(value=args.value)
     seg_opts = SegmentOptions(segments=args.segments)
     enc = scorer.encode(trace, reserve=256)
     scorer.terminator_ids("}")  # built once per model; not per trace
+    x = torch.tensor([enc.ids], device=scorer.device)
 
-    def redistribute():
-        e = scorer.encode(trace, reserve=256)
-        fwd = scorer.forward(e.ids)
-        seg = segment_encoded(e, fwd.entropies, seg_opts)
-        rredcot_run(TraceContext(scorer, e, fwd, seg), opts)
+    def redistribute(value: str):
+        def run():
+            e = scorer.encode(trace, reserve=256)
+            fwd = scorer.forward(e.ids, stats_from=e.prompt_len)
+            seg = segment_encoded(e, fwd.entropies, seg_opts)
+            rredcot_run(TraceContext(scorer, e, fwd, seg), RredcotOptions(value=value))
+        return run
 
     def plain():
-        scorer.forward(enc.ids, keep_cache=False)
+        scorer.model(input_ids=x)  # the model's own forward: logits at every position
 
-    fwd = scorer.forward(enc.ids)
+    fwd = scorer.forward(enc.ids, stats_from=enc.prompt_len)
     ctx = TraceContext(scorer, enc, fwd, segment_encoded(enc, fwd.entropies, seg_opts))
 
     def naive():
-        estimate(ctx, RredcotOptions(value=args.value, probe_mode="naive"))
+        estimate(ctx, RredcotOptions(value="rhat", probe_mode="naive"))
 
     with torch.inference_mode():
-        redistribute()  # warm-up
+        redistribute("rhat")()  # warm-up
         t_plain = timed(plain, args.repeats)
-        t_red = timed(redistribute, args.repeats)
+        t_rhat = timed(redistribute("rhat"), args.repeats)
+        t_both = timed(redistribute("both"), args.repeats)
         t_naive = None if args.skip_naive else timed(naive, max(1, args.repeats // 2))
-    packed = [s.logprob for s in estimate_scores(ctx, opts, "packed")]
-    ref = [s.logprob for s in estimate_scores(ctx, opts, "naive")] if not args.skip_naive else packed
+        packed = estimate(ctx, RredcotOptions(value="both"))
+        ref = packed if args.skip_naive else estimate(ctx, RredcotOptions(value="both", probe_mode="naive"))
     print(f"model: {scorer.name}  device: {scorer.device}  dtype: {scorer.dtype}  threads: {torch.get_num_threads()}")
-    print(f"trace: {enc.prompt_len} prompt + {enc.n_reasoning} reasoning tokens, {len(ctx.segmentation)} segments, value={args.value}")
-    print(f"plain forward        {t_plain:8.2f} s")
-    print(f"redistribute         {t_red:8.2f} s   ({t_red / t_plain:.2f}x plain forward)")
+    print(f"trace: {enc.prompt_len} prompt + {enc.n_reasoning} reasoning tokens, {len(ctx.segmentation)} segments")
+    print(f"plain forward (model logits)    {t_plain:8.2f} s")
+    print(f"redistribute --value rhat       {t_rhat:8.2f} s   ({t_rhat / t_plain:.2f}x plain forward)")
+    print(f"redistribute --value both       {t_both:8.2f} s   ({t_both / t_plain:.2f}x plain forward)")
     if t_naive is not None:
-        print(f"naive per-boundary   {t_naive:8.2f} s   (redistribute is {t_naive / t_red:.1f}x faster)")
-        print(f"max |packed - naive| log-prob: {max(abs(a - b) for a, b in zip(packed, ref)):.2e}")
-
-
-def estimate_scores(ctx, opts: RredcotOptions, mode: str):
-    """Raw probe scores (for the agreement figure)."""
-    from cotcredit.forcing import answer_forcing
-    from cotcredit.lm import Continuation
-
-    f = answer_forcing(ctx.scorer, ctx.trace, opts.forcing)
-    conts = [Continuation(ctx.prefix_len(b), f.exit_ids + f.answer_ids, len(f.exit_ids), f.terminators)
-             for b in ctx.segmentation.boundaries]
-    if mode == "packed":
-        return ctx.scorer.score_continuations(ctx.forward, conts)
-    return ctx.scorer.score_continuations_naive(ctx.forward.ids, conts)
+        print(f"naive per-boundary (rhat)       {t_naive:8.2f} s   (redistribute is {t_naive / t_rhat:.1f}x faster)")
+        diff = max(abs(a - b) for a, b in zip(packed.r_hat + packed.v_hat, ref.r_hat + ref.v_hat))
+        print(f"max |packed - naive| log-prob (R̂ and v̂): {diff:.2e}")
 
 
 if __name__ == "__main__":

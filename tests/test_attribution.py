@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cotcredit.attribution import EmbeddingTarget, TargetOptions, ValueFunction, value_function
-from cotcredit.forcing import ForcingOptions
+from cotcredit.forcing import ForcingOptions, answer_forcing
 from cotcredit.methods.base import TraceContext
 from cotcredit.segmentation import SegmentOptions, segment_encoded
 from cotcredit.traces import Trace
@@ -66,8 +66,9 @@ def test_value_function_sequences_delete_segments_by_offsets(scorer):
         if m
         for t in enc.reasoning_ids[s.token_start : s.token_end]
     ]
-    assert seq == enc.prompt_ids + kept + f.forcing.exit_ids + f.forcing.answer_ids
-    assert n_target == len(f.forcing.answer_ids)
+    probe = answer_forcing(scorer, ForcingOptions()).answer_probe(TRACE.answer)
+    assert seq == enc.prompt_ids + kept + probe.ids
+    assert n_target == len(probe.ids) - probe.span("answer")[0]
     c = f.continuation(mask)
     assert c.prefix_len == enc.prompt_len + ctx.segmentation.segments[1].token_start
     assert enc.ids[: c.prefix_len] + c.ids == seq
@@ -86,17 +87,17 @@ def test_loo_equals_two_direct_scorings(scorer):
     ctx = make_ctx(scorer, 5)
     rows = run(ctx, LooOptions())["loo"]
     enc = ctx.encoded
-    from cotcredit.forcing import answer_forcing
-
-    forcing = answer_forcing(scorer, TRACE, ForcingOptions())
-    tail = forcing.exit_ids + forcing.answer_ids
+    forcing = answer_forcing(scorer, ForcingOptions())
+    probe = forcing.answer_probe(TRACE.answer)
+    tail = probe.ids
+    n_answer = len(probe.ids) - probe.span("answer")[0]
     segs = ctx.segmentation.segments
     seqs = [enc.prompt_ids + enc.reasoning_ids + tail]
     for k in range(len(segs)):
         r = enc.reasoning_ids[: segs[k].token_start] + enc.reasoning_ids[segs[k].token_end :]
         seqs.append(enc.prompt_ids + r + tail)
     direct = scorer.score_sequences(
-        seqs, [len(forcing.answer_ids)] * len(seqs), terminators=forcing.terminators or None
+        seqs, [n_answer] * len(seqs), terminators=forcing.terminators or None
     )
     assert forcing.terminators  # E ends in "\boxed{": the terminator mass is part of f
     for k, row in enumerate(rows):

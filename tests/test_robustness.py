@@ -421,7 +421,7 @@ def test_bfloat16_scores_in_float32_close_to_float32(tiny_model_dir, scorer):
             ):
                 assert math.isfinite(y.logprob) and abs(x.logprob - y.logprob) < 0.1
         h = half.model.get_decoder()(input_ids=torch.tensor([enc.ids])).last_hidden_state[0]
-        assert h.dtype == getattr(torch, dtype) and half._logits(h).dtype == torch.float32
+        assert h.dtype == getattr(torch, dtype) and half.head_logits(h).dtype == torch.float32
 
 
 # ---- memory --------------------------------------------------------------------------------

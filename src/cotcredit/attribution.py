@@ -36,22 +36,30 @@ import numpy as np
 import torch
 
 from cotcredit.errors import UserError
-from cotcredit.forcing import Forcing, ForcingOptions, answer_forcing
+from cotcredit.forcing import ForcingOptions, answer_forcing
 from cotcredit.lm import Continuation, Scorer
 from cotcredit.methods.base import TraceContext
+from cotcredit.options import check_choices, option
 
 
 @dataclass(frozen=True)
 class TargetOptions:
     """What is attributed and what "absent" means (shared by loo, shapley and gradient)."""
 
-    forcing: ForcingOptions = ForcingOptions()
-    baseline_text: str | None = None  # None: delete absent segments; else replace them by this
-    probe_mode: str = "packed"  # packed: continuations on the trace's KV cache; naive: full passes
+    forcing: ForcingOptions = option(default_factory=ForcingOptions, help="Answer forcing.")
+    baseline_text: str | None = option(
+        None,
+        help="Replace an absent segment by this text's tokens instead of deleting it (loo, "
+        "shapley).",
+    )
+    probe_mode: str = option(
+        "packed", choices=("packed", "naive"),
+        help="packed: perturbed traces as continuations on the trace's KV cache, many per pass; "
+        "naive: full passes (for checks).",
+    )
 
     def validate(self) -> TargetOptions:
-        if self.probe_mode not in ("packed", "naive"):
-            raise UserError(f"--probe-mode must be packed or naive, got '{self.probe_mode}'")
+        check_choices(self)
         if self.baseline_text is not None and self.baseline_text == "":
             raise UserError("--baseline-text must not be empty (omit it to delete absent segments)")
         return self
@@ -81,7 +89,8 @@ class ValueFunction:
         self.ctx = ctx
         self.options = (options or TargetOptions()).validate()
         self.scorer: Scorer = ctx.scorer
-        self.forcing: Forcing = answer_forcing(ctx.scorer, ctx.trace, self.options.forcing)
+        forcing = answer_forcing(ctx.scorer, self.options.forcing)
+        probe = forcing.answer_probe(ctx.trace.answer, ctx.trace.where)
         enc = ctx.encoded
         self.prompt_ids = list(enc.prompt_ids)
         self.reasoning = list(enc.reasoning_ids)
@@ -91,8 +100,9 @@ class ValueFunction:
         self.baseline_ids = self.scorer.encode_text(text) if text else []
         if text and not self.baseline_ids:
             raise UserError(f"--baseline-text {text!r} gives no tokens")
-        self.tail = self.forcing.exit_ids + self.forcing.answer_ids
-        self.terminators = self.forcing.terminators or None
+        self.tail = list(probe.ids)  # E ⊕ Y*, tokenized together
+        self.n_target = len(probe.ids) - probe.span("answer")[0]
+        self.terminators = forcing.terminators or None
         self._values: dict[bytes, float] = {}
         self.requested = 0
         self.evaluated = 0
@@ -108,12 +118,12 @@ class ValueFunction:
 
     def sequence(self, mask: Sequence[bool]) -> tuple[list[int], int]:
         """(prompt ⊕ reasoning of the coalition ⊕ E ⊕ Y*, number of target tokens)."""
-        return self.prompt_ids + self.reasoning_ids(mask) + self.tail, len(self.forcing.answer_ids)
+        return self.prompt_ids + self.reasoning_ids(mask) + self.tail, self.n_target
 
     def continuation(self, mask: Sequence[bool]) -> Continuation:
         """The coalition as a continuation of the trace after its first absent segment."""
         mask = [bool(m) for m in mask]
-        n_target = len(self.forcing.answer_ids)
+        n_target = self.n_target
         if all(mask):
             ids, prefix = list(self.tail), len(self.prompt_ids) + len(self.reasoning)
         else:
@@ -200,39 +210,27 @@ class EmbeddingTarget:
 
     Call it with an (B, n_reasoning, hidden) tensor: each row replaces the reasoning embeddings
     of prompt ⊕ reasoning ⊕ E ⊕ Y* (the prompt, E and Y* embeddings stay fixed) and gives
-    log p(Y* | ...) [+ log terminator mass], shape (B,). Logits are computed only at the answer
-    positions (`logits_to_keep`), never over the vocabulary at every position, so a long trace
-    costs one forward and backward pass of the model body per row. At the trace's own
-    embeddings it equals `ValueFunction.full` (up to float rounding).
+    log p(Y* | ...) [+ log terminator mass], shape (B,), through `Scorer.score_embeddings`
+    (logits only at the answer positions, in float32 like every other score). At the trace's
+    own embeddings it equals `ValueFunction.full` (up to float rounding).
     """
 
     def __init__(self, ctx: TraceContext, options: TargetOptions | None = None):
         options = (options or TargetOptions()).validate()
-        scorer = ctx.scorer
-        self.model = scorer.model
-        forcing = answer_forcing(scorer, ctx.trace, options.forcing)
-        embed = self.model.get_input_embeddings()
-        dev = scorer.device
-
-        def emb(ids: list[int]) -> torch.Tensor:
-            with torch.no_grad():
-                return embed(torch.tensor([ids], dtype=torch.long, device=dev))[0].detach()
-
+        self.scorer = scorer = ctx.scorer
+        forcing = answer_forcing(scorer, options.forcing)
+        probe = forcing.answer_probe(ctx.trace.answer, ctx.trace.where)
         enc = ctx.encoded
-        self.prompt = emb(list(enc.prompt_ids))
-        self.reasoning = emb(list(enc.reasoning_ids))
-        self.tail = emb(forcing.exit_ids + forcing.answer_ids)
-        self.answer = torch.tensor(forcing.answer_ids, dtype=torch.long, device=dev)
-        self.terminators = (
-            torch.tensor(forcing.terminators, dtype=torch.long, device=dev)
-            if forcing.terminators
-            else None
-        )
+        self.prompt = scorer.embed(list(enc.prompt_ids))
+        self.reasoning = scorer.embed(list(enc.reasoning_ids))
+        self.tail = scorer.embed(probe.ids)
+        self.answer = probe.ids[probe.span("answer")[0] :]
+        self.terminators = forcing.terminators or None
         self.length = len(self.prompt) + len(self.reasoning) + len(self.tail)
         self.pad = None
         pad_id = scorer.tokenizer.pad_token_id
         if pad_id is not None:
-            self.pad = emb([pad_id])[0]
+            self.pad = scorer.embed([pad_id])[0]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         B = x.shape[0]
@@ -240,11 +238,4 @@ class EmbeddingTarget:
             [self.prompt.expand(B, -1, -1), x.to(self.prompt.dtype), self.tail.expand(B, -1, -1)],
             dim=1,
         )
-        a = len(self.answer)
-        # The last a + 1 positions: position T-a-1+i predicts answer token i; T-1 the terminator.
-        out = self.model(inputs_embeds=full, logits_to_keep=a + 1, use_cache=False)
-        lp = torch.log_softmax(out.logits.float(), dim=-1)
-        total = lp[:, :a].gather(2, self.answer.expand(B, -1)[..., None])[..., 0].sum(1)
-        if self.terminators is not None:
-            total = total + torch.logsumexp(lp[:, a, self.terminators], dim=-1)
-        return total
+        return self.scorer.score_embeddings(full, self.answer, self.terminators)

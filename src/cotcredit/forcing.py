@@ -1,19 +1,28 @@
-"""Answer forcing: the exit string E and the reference-answer tokens Y* probed after a prefix.
+"""Answer forcing: the exit string E and the probe blocks scored after a prefix.
 
-RREDCoT's R̂ and every attribution target score log p(Y* | prefix ⊕ E). E closes the reasoning
-and opens the answer ("\\n</think>\\n\\nThe final answer is $\\boxed{" for a model that thinks in
-`<think>` tags). When E ends inside `\\boxed{`, the answer must also *end* there: the probability
-of Y* is multiplied by the mass of every token that starts with "}", so "4" is not credited for
-"42" and the tokenizer's choice between "}" and "}$" does not matter.
+RREDCoT's R̂ and every attribution target score log p(Y* | prefix ⊕ E); RREDCoT's v̂ scores
+p(U* | prefix ⊕ C) · p(Y* | prefix ⊕ C ⊕ U* ⊕ E). The pieces after the prefix are tokenized
+together (`encoding.encode_parts`), as the model would write the joined text, and Y* and U* are
+located in them by character offsets.
+
+E closes the reasoning and opens the answer. It is chosen once per run, from the model, never
+per trace: `"\\n</think>\\n\\nThe final answer is $\\boxed{"` for a model whose chat template
+thinks in `<think>` tags (or whose vocabulary has a `</think>` token), else the same without the
+close tag; `--exit-string` sets it. Every trace and completion of a run is probed with the same
+E, and the run records it (`Forcing.exit_string` in the table metadata, the training config).
+
+When E ends inside `\\boxed{`, the answer must also *end* there: the probability of Y* is
+multiplied by the mass of every token that starts with "}", so "4" is not credited for "42" and
+the tokenizer's choice between "}" and "}$" does not matter.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from cotcredit.encoding import Parts, encode_parts
 from cotcredit.errors import UserError
-from cotcredit.lm import Scorer
-from cotcredit.traces import THINK_CLOSE, Trace
+from cotcredit.traces import THINK_CLOSE, THINK_OPEN
 
 EXIT_PLAIN = "\n\nThe final answer is $\\boxed{"
 EXIT_THINK = "\n" + THINK_CLOSE + "\n\nThe final answer is $\\boxed{"
@@ -23,50 +32,90 @@ EXIT_THINK = "\n" + THINK_CLOSE + "\n\nThe final answer is $\\boxed{"
 class ForcingOptions:
     """How the model is made to state its answer after a prefix."""
 
-    exit_string: str | None = None  # None: chosen per trace (</think> models get the close tag)
-    answer_terminator: str = "}"  # "" disables the end-of-answer mass
+    exit_string: str | None = field(
+        default=None,
+        metadata={"help": "Answer-forcing string E appended after a prefix [default: chosen "
+                  "once from the model: with the '</think>' close tag for models that think "
+                  "in tags]."},
+    )
+    answer_terminator: str = field(
+        default="}",
+        metadata={"help": "Multiply p(Y*) by the mass of tokens starting with this string "
+                  "(the answer ends there); '' to disable."},
+    )
+
+
+def thinks_in_tags(tokenizer) -> bool:
+    """Whether the model writes its reasoning inside <think> tags (chat template or vocabulary)."""
+    template = getattr(tokenizer, "chat_template", None) or ""
+    if isinstance(template, dict):  # several named templates
+        template = " ".join(str(t) for t in template.values())
+    if THINK_CLOSE in template or THINK_OPEN in template:
+        return True
+    try:
+        return THINK_CLOSE in tokenizer.get_added_vocab()
+    except (AttributeError, TypeError):
+        return False
+
+
+def default_exit_string(tokenizer) -> str:
+    """E for a model: with `</think>` for models that think in tags, else without."""
+    return EXIT_THINK if thinks_in_tags(tokenizer) else EXIT_PLAIN
 
 
 @dataclass
 class Forcing:
-    """Token ids of E and Y*, and the terminator token ids (empty tuple: none)."""
+    """E for one run, and the token blocks probed after a prefix."""
 
     exit_string: str
-    exit_ids: list[int]
-    answer_ids: list[int]
-    terminators: tuple[int, ...]
+    terminators: tuple[int, ...]  # token ids whose mass ends the answer (empty: none)
+    tokenizer: object
 
+    def answer_probe(self, answer: str, where: str = "") -> Parts:
+        """E ⊕ Y*, with the span "answer"."""
+        return self._parts([(self.exit_string, None), (_answer(answer, where), "answer")], where)
 
-def exit_string_for(trace: Trace, options: ForcingOptions) -> str:
-    if options.exit_string is not None:
-        return options.exit_string
-    return EXIT_THINK if THINK_CLOSE in trace.response else EXIT_PLAIN
-
-
-def _round_trips(scorer: Scorer, text: str) -> list[int]:
-    try:
-        ids = scorer.encode_text(text)
-    except (TypeError, ValueError, UnicodeError):  # e.g. lone surrogates
-        return []
-    if scorer.tokenizer.decode(ids) != text:
-        return []
-    return ids
-
-
-def answer_forcing(scorer: Scorer, trace: Trace, options: ForcingOptions) -> Forcing:
-    """Tokenize E and Y* for one trace, refusing strings the tokenizer cannot represent."""
-    exit_string = exit_string_for(trace, options)
-    exit_ids = _round_trips(scorer, exit_string)
-    if not exit_ids:
-        raise UserError(
-            f"{trace.where}: exit string {exit_string!r} does not tokenize cleanly with this model "
-            "(decoding its tokens gives other text); pass another --exit-string"
+    def solution_probe(self, connector: str, solution: str, answer: str, where: str = "") -> Parts:
+        """C ⊕ U* ⊕ E ⊕ Y*, with the spans "solution" and "answer"."""
+        return self._parts(
+            [
+                (connector, None),
+                (solution.strip(), "solution"),
+                (self.exit_string, None),
+                (_answer(answer, where), "answer"),
+            ],
+            where,
         )
-    answer = trace.answer.strip()
-    answer_ids = _round_trips(scorer, answer)
-    if not answer_ids:
-        raise UserError(f"{trace.where}: reference answer {answer!r} does not tokenize cleanly")
-    terminators: tuple[int, ...] = ()
-    if options.answer_terminator and exit_string.rstrip().endswith("{"):
-        terminators = scorer.terminator_ids(options.answer_terminator)
-    return Forcing(exit_string, exit_ids, answer_ids, terminators)
+
+    def _parts(self, parts, where: str) -> Parts:
+        try:
+            return encode_parts(self.tokenizer, [(t, n) for t, n in parts if t or n])
+        except UserError as e:
+            raise UserError(f"{where}: {e}" if where else str(e)) from None
+
+
+def _answer(answer: str, where: str) -> str:
+    answer = answer.strip()
+    if not answer:
+        raise UserError(f"{where}: the reference answer is empty")
+    return answer
+
+
+def answer_forcing(scorer, options: ForcingOptions) -> Forcing:
+    """The run's `Forcing` for this model and these options (built once per scorer)."""
+    cache: dict = scorer.__dict__.setdefault("_forcings", {})
+    if options not in cache:
+        exit_string = (
+            options.exit_string
+            if options.exit_string is not None
+            else default_exit_string(scorer.tokenizer)
+        )
+        if not exit_string:
+            raise UserError("--exit-string must not be empty")
+        terminators: tuple[int, ...] = ()
+        if options.answer_terminator and exit_string.rstrip().endswith("{"):
+            terminators = scorer.terminator_ids(options.answer_terminator)
+        forcing = Forcing(exit_string, terminators, scorer.tokenizer)
+        forcing.answer_probe("0", "--exit-string")  # E itself must tokenize cleanly
+        cache[options] = forcing
+    return cache[options]

@@ -13,18 +13,28 @@ the block itself and the trace's own logits are never needed again.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import importlib.metadata
 import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from cotcredit.errors import UserError
+from cotcredit.encoding import (
+    EncodedTrace,
+    completion_text,
+    encode_completion,
+    encode_trace,
+)
+from cotcredit.errors import UserError, is_oom
+from cotcredit.options import option
 from cotcredit.traces import Trace
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct (embedded)"
@@ -36,12 +46,24 @@ _LOGIT_CHUNK = 512  # positions per lm_head call: 512 x 49k vocab x 4 B = 100 MB
 class ModelOptions:
     """Which model to load, where, and how prompts are rendered for it."""
 
-    model: str | None = None  # hub id, local folder, .gguf file; None: the embedded default
-    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
-    dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-    chat_template: bool = True  # render the prompt with the tokenizer's chat template
-    system_prompt: str | None = None
-    truncate: bool = False  # drop reasoning tokens beyond the context instead of failing
+    model: str | None = option(
+        None, help="Hub id, local folder or .gguf file [default: embedded SmolLM2-135M-Instruct]."
+    )
+    device: str = option(
+        "auto", help="auto (this process's GPU, else the CPU) | cpu | cuda | cuda:N | mps"
+    )
+    dtype: str = option(
+        "auto", choices=("auto", "float32", "bfloat16", "float16"),
+        help="auto: float32 on CPU, bfloat16 on GPU (log-softmax is always float32).",
+    )
+    chat_template: bool = option(
+        True, flag="--chat-template/--no-chat-template",
+        help="Render prompts with the model's chat template.",
+    )
+    system_prompt: str | None = option(None, help="System message for the chat template.")
+    truncate: bool = option(
+        False, help="Drop the end of reasoning that does not fit the context (else: error)."
+    )
 
 
 def cache_dir() -> Path:
@@ -66,6 +88,10 @@ def embedded_gguf() -> Path:
 
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
+        from cotcredit import distributed
+
+        if distributed.launched():  # one process per device: this process's own
+            return torch.device(distributed.device())
         if torch.cuda.is_available():
             return torch.device("cuda")
         return torch.device("cpu")
@@ -226,48 +252,11 @@ def load_scorer(options: ModelOptions | None = None) -> Scorer:
 
 
 @dataclass
-class EncodedTrace:
-    """A trace tokenized the way the model saw it: prompt tokens, then reasoning tokens.
-
-    `token_starts[i]` is the character offset in the response where reasoning token i starts;
-    `token_starts[n]` is where the reasoning ends. `cuttable[i]` says a segment may start at
-    token i (False inside a multi-byte character split over tokens).
-    """
-
-    trace: Trace
-    prompt_ids: list[int]
-    reasoning_ids: list[int]
-    token_starts: list[int]
-    cuttable: list[bool]
-    truncated: int = 0  # reasoning tokens dropped to fit the context
-
-    @property
-    def prompt_len(self) -> int:
-        return len(self.prompt_ids)
-
-    @property
-    def ids(self) -> list[int]:
-        return self.prompt_ids + self.reasoning_ids
-
-    @property
-    def n_reasoning(self) -> int:
-        return len(self.reasoning_ids)
-
-    @property
-    def reasoning_text(self) -> str:
-        return self.trace.response[: self.token_starts[-1]]
-
-    def prefix(self, k_tokens: int) -> list[int]:
-        """Prompt plus the first `k_tokens` reasoning tokens."""
-        return self.prompt_ids + self.reasoning_ids[:k_tokens]
-
-
-@dataclass
 class TracePass:
     """One forward pass over a sequence: per-token log-probs, entropies, and its KV cache.
 
-    logprobs[t] = log p(ids[t] | ids[:t]) (logprobs[0] = 0); entropies[t] = entropy of the
-    predictive distribution after ids[:t+1], i.e. of the choice of token t+1.
+    logprobs[t] = log p(ids[t] | ids[:t]) and entropies[t] = entropy of the predictive
+    distribution after ids[:t+1] (the choice of token t+1), for t >= `stats_from` - 1; 0 before.
     """
 
     ids: list[int]
@@ -297,8 +286,52 @@ class ContinuationScore:
     token_logprobs: list[float] = field(default_factory=list)  # per target token
 
 
+FULL, SLIDING = "full_attention", "sliding_attention"
+# Attention implementations that take an arbitrary additive 4-D mask (packed probes need one).
+MASKABLE_ATTENTION = ("eager", "sdpa")
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """Which attention each decoder layer uses, as far as packed probes must know.
+
+    `types`: the distinct layer types ("full_attention", "sliding_attention"); `window`: the
+    sliding window (keys at most window - 1 positions back, transformers' convention);
+    `per_type`: the model takes a {type: mask} mapping (hybrid models) rather than one mask;
+    `unsupported`: a layer type packed passes cannot reproduce (then probes run one by one).
+    """
+
+    types: tuple[str, ...]
+    window: int | None
+    per_type: bool
+    unsupported: str | None = None
+
+    @classmethod
+    def of(cls, config) -> AttentionLayout:
+        cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+        window = getattr(cfg, "sliding_window", None)
+        layer_types = getattr(cfg, "layer_types", None)
+        if layer_types:
+            types = tuple(dict.fromkeys(layer_types))
+            per_type = True
+        else:  # Mistral, Phi-3: one type for every layer, sliding when a window is set
+            types = (SLIDING,) if window else (FULL,)
+            per_type = False
+        bad = [t for t in types if t not in (FULL, SLIDING)]
+        if SLIDING in types and not window:
+            bad.append("sliding_attention without a sliding_window")
+        return cls(types, window, per_type, bad[0] if bad else None)
+
+
 class Scorer:
-    """Owns a causal LM and its tokenizer and answers every scoring question of the methods."""
+    """Owns a causal LM and its tokenizer and answers every scoring question of the methods.
+
+    Logits are always computed here, in float32, from float32 hidden states and head weights
+    whatever the model's dtype, with the output processing of the model's family (Gemma's
+    soft-capping, Granite's `logits_scaling`, Cohere's `logit_scale`, `output_multiplier`). The
+    first forward pass checks that against the model's own `forward`; a family whose processing
+    is not reproduced is refused with one line, never scored silently wrong.
+    """
 
     def __init__(
         self,
@@ -317,6 +350,9 @@ class Scorer:
         # Query tokens per packed pass: bounds the (queries x keys) mask and attention memory.
         self.query_budget = query_budget or (4096 if self.device.type == "cuda" else 1024)
         self.fingerprint = ""  # content hash of a local model folder (set by load_scorer)
+        self.layout = AttentionLayout.of(model.config)
+        self.forward_tokens = 0  # tokens run through the model so far (cost accounting)
+        self.notes: list[str] = []  # things a run should say once (e.g. attention switched)
         self._prefix_terminators: dict[str, tuple[int, ...]] = {}
 
     def with_options(self, options: ModelOptions) -> Scorer:
@@ -328,7 +364,7 @@ class Scorer:
     # ---- description -------------------------------------------------------------------
     @property
     def max_context(self) -> int:
-        cfg = self.model.config
+        cfg = self.model.config.get_text_config()
         return int(getattr(cfg, "max_position_embeddings", None) or 1 << 30)
 
     def describe(self) -> dict:
@@ -390,109 +426,159 @@ class Scorer:
         return ids
 
     def encode(self, trace: Trace, reserve: int = 0) -> EncodedTrace:
-        """Tokenize prompt and reasoning separately, as the model saw them.
+        """Tokenize prompt and response separately, as the model saw them (`encoding`).
 
         `reserve` tokens are kept free in the context for probes appended after the trace.
         """
-        prompt_ids = self.encode_prompt(trace.prompt)
-        rend = trace.reasoning_end
-        enc = self.tokenizer(trace.response, add_special_tokens=False, return_offsets_mapping=True)
-        ids, offsets = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
-        starts = [o[0] for o in offsets]
-        cut = [True] + [starts[i] >= offsets[i - 1][1] for i in range(1, len(ids))]
-        # Reasoning tokens end before `rend`; a token straddling it (".</") is left out.
-        n = sum(1 for o in offsets if o[1] <= rend)
-        while 0 < n < len(ids) and not cut[n]:
-            n -= 1
-        end_char = starts[n] if n < len(ids) else len(trace.response)
-        if n == len(ids) and rend < len(trace.response):
-            end_char = rend
-        reasoning_ids = ids[:n]
-        token_starts = starts[:n] + [end_char]
-        if not reasoning_ids:
-            raise UserError(
-                f"{trace.where}: response has no reasoning tokens before its final answer"
-            )
-        truncated = 0
-        limit = self.max_context - reserve
-        if len(prompt_ids) + n > limit:
-            if not self.options.truncate or len(prompt_ids) + 1 > limit:
-                raise UserError(
-                    f"{trace.where}: prompt ({len(prompt_ids)}) + reasoning ({n}) tokens + probes "
-                    f"({reserve}) exceed the model's context of {self.max_context} tokens; use "
-                    "--truncate to drop the end of the reasoning"
-                )
-            keep = limit - len(prompt_ids)
-            while keep > 0 and not cut[keep]:
-                keep -= 1
-            truncated = n - keep
-            reasoning_ids = reasoning_ids[:keep]
-            token_starts = starts[:keep] + [starts[keep]]
-        return EncodedTrace(
-            trace, prompt_ids, reasoning_ids, token_starts, cut[: len(reasoning_ids)], truncated
+        return encode_trace(
+            self.tokenizer, trace, self.encode_prompt(trace.prompt),
+            max_context=self.max_context, reserve=reserve, truncate=self.options.truncate,
+        )
+
+    def encode_completion(
+        self, trace: Trace, prompt_ids: Sequence[int], completion_ids: Sequence[int],
+        reserve: int = 0,
+    ) -> EncodedTrace:
+        """A generated completion (its own ids, not re-tokenized) after `prompt_ids`;
+        `trace.response` is ignored: the completion's text replaces it."""
+        text, ids, starts, cut = completion_text(self.tokenizer, prompt_ids, completion_ids)
+        trace = dataclasses.replace(trace, response=text)
+        return encode_completion(
+            self.tokenizer, trace, prompt_ids, ids, starts, cut, max_context=self.max_context,
+            reserve=reserve,
         )
 
     def terminator_ids(self, prefix: str) -> tuple[int, ...]:
         """Every vocabulary token whose text starts with `prefix` (e.g. all tokens starting "}")."""
         if prefix not in self._prefix_terminators:
             texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
-            self._prefix_terminators[prefix] = tuple(i for i, s in enumerate(texts) if s.startswith(prefix))
+            self._prefix_terminators[prefix] = tuple(
+                i for i, s in enumerate(texts) if s.startswith(prefix)
+            )
         return self._prefix_terminators[prefix]
 
-    # ---- forward passes ------------------------------------------------------------------
+    # ---- logits --------------------------------------------------------------------------
     def _decoder(self):
         get = getattr(self.model, "get_decoder", None)
         return get() if get else self.model.model
 
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """float32 logits for a (positions, hidden) block; softcapping as the model does."""
-        logits = self.model.get_output_embeddings()(hidden).float()
-        cap = getattr(self.model.config, "final_logit_softcapping", None)
+    def _head_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The output head's weight and bias in float32 (a float32 copy for other dtypes, kept
+        while the weights are unchanged: training updates them in place)."""
+        head = self.model.get_output_embeddings()
+        w, b = head.weight, getattr(head, "bias", None)
+        if w.dtype == torch.float32:
+            return w, b
+        key = (w.data_ptr(), w._version, w.device)
+        cached = self.model.__dict__.get("_cotcredit_head32")
+        if cached is None or cached[0] != key:
+            b32 = b.detach().float() if b is not None else None
+            cached = (key, w.detach().float(), b32)
+            self.model.__dict__["_cotcredit_head32"] = cached
+        return cached[1], cached[2]
+
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 logits for hidden states (..., hidden), with the family's output processing."""
+        w, b = self._head_weights()
+        logits = torch.nn.functional.linear(hidden.float(), w, b)
+        cfg = self.model.config.get_text_config()
+        scaling = getattr(cfg, "logits_scaling", None)  # Granite
+        if scaling:
+            logits = logits / scaling
+        scale = getattr(cfg, "logit_scale", None)  # Cohere
+        if scale:
+            logits = logits * scale
+        multiplier = getattr(cfg, "output_multiplier", None)
+        if multiplier:
+            logits = logits * multiplier
+        cap = getattr(cfg, "final_logit_softcapping", None)  # Gemma
         if cap:
             logits = torch.tanh(logits / cap) * cap
         return logits
 
+    def _log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self.head_logits(hidden), dim=-1)
+
     @torch.no_grad()
-    def forward(self, ids: Sequence[int], keep_cache: bool = True) -> TracePass:
-        """One pass over `ids`: log-probs and entropies, computed in chunks of positions so a
-        long trace never materialises a (tokens x vocabulary) float32 tensor."""
+    def check_head(self) -> None:
+        """Compare `head_logits` on the decoder's hidden states with the model's own forward on a
+        short sequence, once per model; a mismatch is a UserError naming the model family."""
+        if self.model.__dict__.get("_cotcredit_head_ok"):
+            return
+        ids = self.encode_text("Let me check: 3 + 4 = 7, so the answer is 7.")[:16] or [0, 1, 2]
+        x = torch.tensor([ids], device=self.device)
+        own = torch.log_softmax(self.model(input_ids=x).logits[0].float(), dim=-1)
+        ours = self._log_probs(self._decoder()(input_ids=x).last_hidden_state[0])
+        # float32: rounding only; bfloat16/float16: the model's own head runs in that dtype.
+        tol = 1e-3 if self.dtype == torch.float32 else 0.25
+        top = own.topk(min(50, own.shape[-1]), dim=-1).indices
+        diff = float((own.gather(1, top) - ours.gather(1, top)).abs().max())
+        if not diff <= tol:
+            arch = (getattr(self.model.config, "architectures", None) or [type(self.model).__name__])[0]
+            raise UserError(
+                f"{arch}: cotcredit does not reproduce this model family's output processing "
+                f"(log-probs differ from the model's own forward by {diff:.3g}); it is not "
+                "supported"
+            )
+        self.model.__dict__["_cotcredit_head_ok"] = True
+
+    # ---- forward passes ------------------------------------------------------------------
+    @torch.no_grad()
+    def forward(self, ids: Sequence[int], keep_cache: bool = True, stats_from: int = 0) -> TracePass:
+        """One pass over `ids`: log-probs and entropies from position `stats_from` - 1 on (the
+        distributions tokens `stats_from`.. were drawn from), computed in chunks of positions so
+        a long trace never materialises a (tokens x vocabulary) tensor; the KV cache keeps every
+        layer's keys whole (also sliding-window layers), for the packed probes."""
         from transformers import DynamicCache
 
+        self.check_head()
         t0 = time.perf_counter()
         x = torch.tensor([list(ids)], device=self.device)
-        cache = DynamicCache(config=self.model.config) if keep_cache else None
+        cache = DynamicCache() if keep_cache else None
         out = self._decoder()(input_ids=x, cache=cache, use_cache=keep_cache)
+        self.forward_tokens += x.shape[1]
         hidden = out.last_hidden_state[0]
         n = x.shape[1]
         logprobs = torch.zeros(n, dtype=torch.float32)
         entropies = torch.zeros(n, dtype=torch.float32)
-        for s in range(0, n, _LOGIT_CHUNK):
+        for s in range(max(0, stats_from - 1), n, _LOGIT_CHUNK):
             e = min(n, s + _LOGIT_CHUNK)
-            lp = torch.log_softmax(self._logits(hidden[s:e]), dim=-1)
+            lp = self._log_probs(hidden[s:e])
             entropies[s:e] = -(lp.exp() * lp).sum(-1).cpu()
             nxt = x[0, s + 1 : e + 1]
             logprobs[s + 1 : s + 1 + len(nxt)] = lp[: len(nxt)].gather(1, nxt[:, None])[:, 0].cpu()
         # The cache object is filled in place by the forward pass.
         return TracePass(list(ids), logprobs, entropies, cache, time.perf_counter() - t0)
 
-    def _score_block_outputs(
-        self, hidden: torch.Tensor, blocks: list[tuple[int, Continuation]]
+    def _scores(
+        self, hidden: torch.Tensor, rows: list[list[int]], conts: Sequence[Continuation]
     ) -> list[ContinuationScore]:
-        """Turn hidden states of packed blocks (each re-fed its prefix's last token) into scores."""
-        results = []
-        for offset, c in blocks:
-            # Positions offset .. offset+len(ids): position offset holds token ids[prefix-1],
-            # position offset+1+j holds c.ids[j]; position q predicts the token after it.
-            m = len(c.ids)
-            need_term = bool(c.terminators)
-            pos = list(range(offset + c.target_start, offset + m + (1 if need_term else 0)))
-            lp = torch.log_softmax(self._logits(hidden[pos]), dim=-1)
-            tgt = torch.tensor(c.ids[c.target_start :], device=lp.device)
-            tok = lp[: len(tgt)].gather(1, tgt[:, None])[:, 0] if len(tgt) else lp.new_zeros(0)
-            total = float(tok.sum())
-            if need_term:
-                term = torch.tensor(c.terminators, device=lp.device)
-                total += float(torch.logsumexp(lp[-1, term], dim=0))
+        """Scores of continuations from the hidden states at their block positions.
+
+        `rows[i]` are the indices into `hidden` of continuation i's block: row 0 holds the token
+        before the block (it predicts ids[0]), row 1 + j holds ids[j]. All needed positions go
+        through the head together, in chunks.
+        """
+        want: list[int] = []
+        for r, c in zip(rows, conts, strict=True):
+            stop = len(c.ids) + (1 if c.terminators else 0)
+            want += r[c.target_start : stop]
+        idx = torch.tensor(want, device=hidden.device, dtype=torch.long)
+        picked: list[torch.Tensor] = []
+        for s in range(0, len(want), _LOGIT_CHUNK):
+            picked.append(self._log_probs(hidden[idx[s : s + _LOGIT_CHUNK]]))
+        lp = torch.cat(picked) if picked else hidden.new_zeros((0, 1), dtype=torch.float32)
+        results, at = [], 0
+        for c in conts:
+            m = len(c.ids) - c.target_start
+            tgt = torch.tensor(c.ids[c.target_start :], device=lp.device, dtype=torch.long)
+            tok = lp[at : at + m].gather(1, tgt[:, None])[:, 0] if m else lp.new_zeros(0)
+            total = float(tok.double().sum())
+            at += m
+            if c.terminators:
+                term = torch.tensor(c.terminators, device=lp.device, dtype=torch.long)
+                total += float(torch.logsumexp(lp[at, term], dim=0))
+                at += 1
             results.append(ContinuationScore(total, tok.cpu().tolist()))
         return results
 
@@ -504,6 +590,7 @@ class Scorer:
 
         Uses `base.cache` (from `forward(..., keep_cache=True)`) and one forward per group of
         blocks whose total length fits `query_budget`. The cache is restored after each group.
+        A model with a layer type packed passes cannot reproduce runs one forward per block.
         """
         if base.cache is None:
             raise ValueError("score_continuations needs a TracePass with keep_cache=True")
@@ -511,6 +598,12 @@ class Scorer:
         for c in conts:
             if not 1 <= c.prefix_len <= L:
                 raise ValueError(f"prefix_len {c.prefix_len} outside 1..{L}")
+        if self.layout.unsupported:
+            self._note(
+                f"packed probes do not support attention '{self.layout.unsupported}': probes "
+                "run one forward pass each (slower, same numbers)"
+            )
+            return self.score_continuations_naive(base.ids, conts)
         results: list[ContinuationScore | None] = [None] * len(conts)
         # Sorted so continuations of one prefix that share leading tokens are neighbours: each
         # packed pass holds them as a token trie and scores shared tokens once (attribution's
@@ -563,22 +656,88 @@ class Scorer:
             groups.append(cur)
         return groups
 
+    def _packed_mask(self, L: int, positions: list[int], parents: list[int]):
+        """Additive attention mask(s) of a packed pass of Q query tokens on L cached ones.
+
+        Query q (a node of the token trie) sees the cached trace before its root's position, its
+        ancestors and itself; on sliding-window layers also only keys less than `window`
+        positions back (by position, not by index: probe keys sit after the whole trace).
+        Returns one (1, 1, Q, L + Q) tensor, or {layer type: tensor} for hybrid models.
+        """
+        Q = len(positions)
+        anc = np.zeros((Q, Q), dtype=bool)
+        root = np.empty(Q, dtype=np.int64)
+        for q, p in enumerate(parents):  # parents come first
+            if p >= 0:
+                anc[q] = anc[p]
+                root[q] = root[p]
+            else:
+                root[q] = positions[q]
+            anc[q, q] = True
+        dev = self.device
+        qpos = torch.tensor(positions, device=dev)
+        seen_trace = torch.arange(L, device=dev)[None, :] < torch.from_numpy(root).to(dev)[:, None]
+        visible = torch.cat([seen_trace, torch.from_numpy(anc).to(dev)], dim=1)
+        blocked = torch.finfo(self.dtype).min
+        masks = {}
+        for kind in self.layout.types:
+            v = visible
+            if kind == SLIDING:
+                kpos = torch.cat([torch.arange(L, device=dev), qpos])
+                v = v & (qpos[:, None] - kpos[None, :] < self.layout.window)
+            zero = torch.zeros((), dtype=self.dtype, device=dev)
+            masks[kind] = torch.where(v, zero, torch.tensor(blocked, dtype=self.dtype, device=dev))[
+                None, None
+            ]
+        return masks if self.layout.per_type else masks[self.layout.types[0]]
+
+    @contextlib.contextmanager
+    def _maskable_attention(self):
+        """Run with an attention implementation that takes an arbitrary 4-D mask: flash
+        attention and others are switched to sdpa for the pass (said once per run)."""
+        cfg = self.model.config
+        impl = getattr(cfg, "_attn_implementation", None)
+        if impl is None or impl in MASKABLE_ATTENTION:
+            yield
+            return
+        self._note(f"packed probes run with sdpa attention (the model uses {impl}, which takes no "
+                   "arbitrary attention mask)")
+        # The attention layers read the shared config at every call: switch it for this pass.
+        cfg._attn_implementation = "sdpa"
+        try:
+            yield
+        finally:
+            cfg._attn_implementation = impl
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
     def _score_group(
         self, base: TracePass, conts: Sequence[Continuation], group: list[int]
     ) -> list[ContinuationScore]:
         """One packed pass over the continuations of `group` on top of `base.cache`.
 
-        The query tokens form a trie: a root per prefix (the token at prefix_len - 1, re-fed)
-        and one node per distinct continuation prefix after it; each node attends to the trace
-        before its prefix, to its ancestors and to itself, at position prefix_len - 1 + depth.
-        Consecutive continuations (of a sorted group) share their common leading tokens.
+        The query tokens form a trie: per prefix, the continuations' tokens, consecutive ones (of
+        a sorted group) sharing their common leading tokens; each node attends to the trace
+        before its prefix, to its ancestors and to itself, at position prefix_len + depth. The
+        token at prefix_len - 1 is re-fed as the root only when some block scores its first
+        token (its prediction comes from that token's hidden state); otherwise the trace's
+        cache already holds it.
         """
         L = len(base.ids)
-        min_val = torch.finfo(self.dtype).min
+        refeed = {conts[i].prefix_len for i in group if conts[i].target_start == 0}
         tokens: list[int] = []
         positions: list[int] = []
         parents: list[int] = []
-        paths: list[list[int]] = []
+        paths: list[list[int]] = []  # per continuation: row j holds the node predicting ids[j]
+
+        def add(token: int, position: int, parent: int) -> int:
+            tokens.append(token)
+            positions.append(position)
+            parents.append(parent)
+            return len(tokens) - 1
+
         prev: Continuation | None = None
         for i in group:
             c = conts[i]
@@ -586,52 +745,51 @@ class Scorer:
                 share = _common_prefix(prev.ids, c.ids)
                 path = paths[-1][: share + 1]
             else:
-                share, path = 0, [len(tokens)]
-                tokens.append(base.ids[c.prefix_len - 1])
-                positions.append(c.prefix_len - 1)
-                parents.append(-1)
+                share = 0
+                root = -1  # no node: the first block token hangs off the cached trace
+                if c.prefix_len in refeed:
+                    root = add(base.ids[c.prefix_len - 1], c.prefix_len - 1, -1)
+                path = [root]
             for j in range(share, len(c.ids)):
-                parents.append(path[-1])
-                path.append(len(tokens))
-                tokens.append(c.ids[j])
-                positions.append(c.prefix_len + j)
+                path.append(add(c.ids[j], c.prefix_len + j, path[-1]))
             paths.append(path)
             prev = c
-        Q = len(tokens)
-        mask = torch.full((Q, L + Q), min_val, dtype=self.dtype, device=self.device)
-        for q in range(Q):
-            if parents[q] < 0:
-                mask[q, : positions[q]] = 0  # the trace before the re-fed token
-            else:
-                mask[q] = mask[parents[q]]  # parents come first: everything the parent sees
-            mask[q, L + q] = 0
-        out = self._decoder()(
-            input_ids=torch.tensor([tokens], device=self.device),
-            position_ids=torch.tensor([positions], device=self.device),
-            attention_mask=mask[None, None],
-            cache=base.cache,
-            use_cache=True,
-        )
-        base.cache.crop(-Q)  # remove the probe tokens again
-        hidden = out.last_hidden_state[0]
-        results = []
-        for i, path in zip(group, paths, strict=True):
-            idx = torch.tensor(path, device=hidden.device)
-            results += self._score_block_outputs(hidden[idx], [(0, conts[i])])
-        return results
+        mask = self._packed_mask(L, positions, parents)
+        with self._maskable_attention():
+            out = self._decoder()(
+                input_ids=torch.tensor([tokens], device=self.device),
+                position_ids=torch.tensor([positions], device=self.device),
+                attention_mask=mask,
+                cache=base.cache,
+                use_cache=True,
+            )
+        base.cache.crop(-len(tokens))  # remove the probe tokens again
+        self.forward_tokens += len(tokens)
+        return self._scores(out.last_hidden_state[0], paths, [conts[i] for i in group])
 
     @torch.no_grad()
     def score_continuations_naive(
         self, ids: Sequence[int], conts: Sequence[Continuation]
     ) -> list[ContinuationScore]:
-        """Reference path: one full forward pass per continuation (for tests and benchmarks)."""
+        """Reference path: one plain forward of the model (its own `forward`, logits included)
+        per continuation, for checks, benchmarks and attention layouts packed passes cannot
+        reproduce."""
         out = []
         for c in conts:
             seq = list(ids[: c.prefix_len]) + list(c.ids)
-            h = self._decoder()(
-                input_ids=torch.tensor([seq], device=self.device)
-            ).last_hidden_state[0]
-            out += self._score_block_outputs(h[c.prefix_len - 1 :], [(0, c)])
+            keep = len(c.ids) + 1
+            logits = self.model(
+                input_ids=torch.tensor([seq], device=self.device), logits_to_keep=keep
+            ).logits[0]
+            self.forward_tokens += len(seq)
+            lp = torch.log_softmax(logits.float(), dim=-1)  # row j predicts c.ids[j]
+            tgt = torch.tensor(c.ids[c.target_start :], device=lp.device, dtype=torch.long)
+            tok = lp[c.target_start : len(c.ids)].gather(1, tgt[:, None])[:, 0]
+            total = float(tok.double().sum())
+            if c.terminators:
+                term = torch.tensor(c.terminators, device=lp.device, dtype=torch.long)
+                total += float(torch.logsumexp(lp[len(c.ids), term], dim=0))
+            out.append(ContinuationScore(total, tok.cpu().tolist()))
         return out
 
     @torch.no_grad()
@@ -643,7 +801,7 @@ class Scorer:
         batch_size: int = 8,
     ) -> list[float]:
         """Sum of log-probs of the last `target_lens[i]` tokens of each sequence (+ terminator
-        mass), batched with right padding. Used for perturbed traces (attribution).
+        mass), batched with right padding. Used for perturbed traces (attribution, naive mode).
         On out-of-memory the batch halves (down to one sequence) and is retried."""
         scores: list[float] = []
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -670,6 +828,7 @@ class Scorer:
         return scores
 
     def _score_batch(self, batch, target_lens, terminators, pad) -> list[float]:
+        self.check_head()
         width = max(len(q) for q in batch)
         x = torch.full((len(batch), width), pad, dtype=torch.long, device=self.device)
         att = torch.zeros((len(batch), width), dtype=torch.long, device=self.device)
@@ -677,12 +836,42 @@ class Scorer:
             x[j, : len(q)] = torch.tensor(list(q), device=self.device)
             att[j, : len(q)] = 1
         h = self._decoder()(input_ids=x, attention_mask=att).last_hidden_state
-        out = []
+        self.forward_tokens += sum(len(q) for q in batch)
+        conts, rows, flat, at = [], [], [], 0
         for j, q in enumerate(batch):
             n, t = len(q), target_lens[j]
-            c = Continuation(prefix_len=n - t, ids=list(q[n - t :]), terminators=terminators)
-            out.append(self._score_block_outputs(h[j, n - t - 1 : n], [(0, c)])[0].logprob)
-        return out
+            conts.append(Continuation(prefix_len=n - t, ids=list(q[n - t :]), terminators=terminators))
+            rows.append(list(range(at, at + t + 1)))  # the token before the target, then it
+            flat.append(h[j, n - t - 1 : n])
+            at += t + 1
+        return [s.logprob for s in self._scores(torch.cat(flat), rows, conts)]
+
+    # ---- differentiable scoring (gradient attribution) -------------------------------------
+    def embed(self, ids: Sequence[int]) -> torch.Tensor:
+        """Input embeddings of `ids`, (len, hidden), detached."""
+        with torch.no_grad():
+            x = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
+            return self.model.get_input_embeddings()(x)[0].detach()
+
+    def score_embeddings(
+        self, embeds: torch.Tensor, targets: Sequence[int], terminators: tuple[int, ...] | None
+    ) -> torch.Tensor:
+        """log p(targets | the sequence before them) [+ log terminator mass] for a batch of input
+        embeddings (B, T, hidden) whose last len(targets) rows embed `targets`; differentiable,
+        shape (B,). Only the target positions go through the head."""
+        self.check_head()
+        a = len(targets)
+        hidden = self._decoder()(inputs_embeds=embeds, use_cache=False).last_hidden_state
+        self.forward_tokens += embeds.shape[0] * embeds.shape[1]
+        start = hidden.shape[1] - a - 1  # this position predicts the first target token
+        keep = a + 1 if terminators else a
+        lp = torch.log_softmax(self.head_logits(hidden[:, start : start + keep]), dim=-1)
+        tgt = torch.tensor(list(targets), dtype=torch.long, device=lp.device)
+        total = lp[:, :a].gather(2, tgt.expand(lp.shape[0], -1)[..., None])[..., 0].sum(1)
+        if terminators:
+            term = torch.tensor(terminators, dtype=torch.long, device=lp.device)
+            total = total + torch.logsumexp(lp[:, a, term], dim=-1)
+        return total
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -698,20 +887,9 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 MIN_QUERY_BUDGET = 64  # query tokens per packed pass below which out-of-memory is an error
 
 
-def is_oom(e: BaseException) -> bool:
-    """An accelerator out-of-memory error (CUDA, MPS, ...)."""
-    oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
-    return isinstance(e, oom) or (isinstance(e, RuntimeError) and "out of memory" in str(e))
-
-
 def _restore_cache(cache, length: int) -> None:
     """Cut every cache layer back to `length` tokens (a failed pass may have grown only some)."""
     for layer in getattr(cache, "layers", []):
         n = layer.get_seq_length() if getattr(layer, "is_initialized", True) else 0
         if n > length:
             layer.crop(-(n - length))
-
-
-def options_dict(obj) -> dict:
-    """Dataclass options as a plain dict (for metadata and run keys)."""
-    return asdict(obj)
