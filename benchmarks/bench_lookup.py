@@ -8,7 +8,9 @@ per segment; exactly one line reads a value from the table, the right row's (the
 correct, ζ = 1) or another row's (wrong, ζ = 0). A variant of RREDCoT "hits" when that line gets
 the largest segment reward g_k − g_{k−1} in a correct trace, or the smallest in a wrong one (the
 end-of-trace correction ζ − g_K is left out: it is the same bookkeeping for every variant).
-The script prints hits per variant: --value rhat/vhat/both, --space prob/log, length norm.
+The script prints hits per variant: --value rhat/vhat/both, --space prob/log, length norm, and,
+for each variant in probability space, how often g_k exceeds 1 (two estimates of one success
+probability added) and how many correct traces therefore get a negative correction 1 − g_K.
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ def main() -> None:
     traces = make_traces(args.traces, args.seed)
     seg = SegmentOptions(segments=len(LINES), keywords=())
     print(f"model: {scorer.name}; {len(traces)} traces ({len(traces) // 2} right, {len(traces) // 2} wrong)")
-    print(f"{'variant':32s} {'right':>7s} {'wrong':>7s} {'total':>9s}  seconds")
+    print(f"{'variant':32s} {'right':>7s} {'wrong':>7s} {'total':>9s}  seconds  g>1 (states)  "
+          "correct traces with correction < 0")
     for name, opts in VARIANTS.items():
         t0 = time.perf_counter()
         rows = run_analysis(traces, scorer, methods={"rredcot": opts}, segment_options=seg).rows["rredcot"]
@@ -90,8 +93,17 @@ def main() -> None:
             hits[t.outcome] += int(pick(range(len(deltas)), key=deltas.__getitem__) == KEY_LINE)
         n = len(traces) // 2
         total = hits[1.0] + hits[0.0]
+        above, states, negative = 0, 0, 0
+        if opts.space == "prob":
+            for t in traces:
+                rs = [r for r in rows if r["trace_id"] == t.id]
+                gs = [rs[0]["g_before"]] + [r["g_after"] for r in rs]
+                above += sum(g > 1 for g in gs)
+                states += len(gs)
+                negative += t.outcome == 1.0 and rs[-1]["correction"] < 0
+        over = f"{above:>4d}/{states:<5d}  {negative:>3d}/{n:<3d}" if states else "-"
         print(f"{name:32s} {hits[1.0]:>3d}/{n:<3d} {hits[0.0]:>3d}/{n:<3d} {total:>4d}/{2 * n:<4d} "
-              f"{time.perf_counter() - t0:6.1f}")
+              f"{time.perf_counter() - t0:6.1f}  {over}")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ def graded(monkeypatch, scorer):
     gen = HFGenerator(scorer.model, scorer.tokenizer)
     tok = scorer.tokenizer
     gen.stop_ids += [i for i in range(len(tok)) if "e" in tok.decode([i])]
-    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend: gen)
+    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None: gen)
 
 
 def run_mc(scorer, traces_file, segments=3, **opts):
@@ -139,7 +139,7 @@ class FakeGenerator:
 
 def test_truncation_policies_with_known_rollouts(scorer, traces_file, monkeypatch):
     fake = FakeGenerator()
-    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend: fake)
+    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None: fake)
     monkeypatch.setattr(grading, "grade_completion",
                         lambda text, ref, **kw: grading.GradeResult(None, text.endswith("yes")))
     for policy in ("wrong", "drop"):
@@ -239,7 +239,7 @@ def test_cli_end_to_end(tiny_model_dir, traces_file, tmp_path, graded, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--truncated", "ignore"], "--truncated must be wrong or drop"),
+    (["--truncated", "ignore"], "--truncated must be one of wrong, drop"),
     (["--rollouts", "0"], "--rollouts must be at least 1"),
     (["--max-boundaries", "1"], "--max-boundaries must be at least 2"),
     (["--backend", "tgi"], "--backend must be one of hf, vllm"),
@@ -280,3 +280,109 @@ def test_batch_size_and_rollout_path_do_not_block_resume(tiny_model_dir, traces_
     df = pd.read_parquet(out)
     assert set(df.trace_id) == {"t1", "t2", "t3"}
     assert df[df.trace_id == "t1"].score.tolist() == first.score.tolist()
+
+
+# ---- grading a rollout: what it states, never an answer in the prefix --------------------------
+class SameTextGenerator:
+    """Every rollout from every state is the same text."""
+
+    backend = "hf"
+
+    def __init__(self, text):
+        self.text = text
+
+    def generate(self, prompts, options, keys=None, progress=None):
+        return [[Completion([1] * 2, self.text, "stop") for _ in range(options.n)] for _ in keys]
+
+
+EARLY_BOX = {"id": "box", "prompt": "What do apples and oranges cost?",
+             "response": "First guess: $\\boxed{12}$.\nLet me check step by step.\nApples cost 5 "
+                         "dollars.\nWait, oranges cost 7.\nSo 5 + 7 = 12.\nTherefore the total is 12.",
+             "answer": "12"}
+
+
+@pytest.fixture
+def early_box_file(tmp_path):
+    import json
+
+    p = tmp_path / "box.jsonl"
+    p.write_text(json.dumps(EARLY_BOX) + "\n")
+    return p
+
+
+@pytest.mark.parametrize(("rollout", "value"), [
+    ("Hmm, let me think about it more", 0.0),  # states no answer: wrong, box or no box before
+    ("So the answer is \\boxed{12}.", 1.0),
+    ("So the answer is \\boxed{13}.", 0.0),
+])
+def test_rollouts_are_graded_on_what_they_state(scorer, early_box_file, monkeypatch, rollout, value):
+    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None: SameTextGenerator(rollout))
+    df = run_mc(scorer, early_box_file, rollouts=2, segments=4)
+    assert len(df) >= 3 and df["text"].iloc[0].startswith("First guess")  # the box is in segment 1
+    assert (df["value_before"] == value).all() and (df["value_after"] == value).all()
+    assert (df["score"] == 0).all()
+
+
+def test_the_grader_gets_each_state_s_reasoning_as_prefix(scorer, early_box_file, monkeypatch):
+    seen = []
+
+    def record(text, reference, *, prefix="", **kw):
+        seen.append((prefix, text))
+        return grading.GradeResult(None, False)
+
+    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None: SameTextGenerator("x"))
+    monkeypatch.setattr(grading, "grade_completion", record)
+    df = run_mc(scorer, early_box_file, rollouts=2, segments=4)
+    response = EARLY_BOX["response"]
+    # State k's prefix is the text of segments 1..k (the response up to the boundary).
+    texts = df.sort_values("segment")["text"].tolist()
+    expected = ["".join(texts[:k]) for k in range(len(texts) + 1)]
+    assert [p for p, _ in seen] == [p for p in expected for _ in range(2)]
+    assert all(response.startswith(p) for p, _ in seen) and {t for _, t in seen} == {"x"}
+
+
+# ---- split halves ------------------------------------------------------------------------------
+def half_value(b, parity, n, policy):
+    """V at boundary token b from FakeGenerator's samples j ≡ parity (mod 2), computed naively."""
+    js = [j for j in range(n) if j % 2 == parity]
+    cut = {j: (b + j) % 3 == 0 for j in js}
+    correct = sum((b + j) % 2 == 0 and not cut[j] for j in js)
+    used = len(js) - sum(cut.values()) if policy == "drop" else len(js)
+    return correct / used if used else math.nan
+
+
+@pytest.mark.parametrize("policy", ["wrong", "drop"])
+def test_split_halves_are_the_even_and_odd_samples(scorer, traces_file, monkeypatch, policy):
+    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None: FakeGenerator())
+    monkeypatch.setattr(grading, "grade_completion",
+                        lambda text, ref, **kw: grading.GradeResult(None, text.endswith("yes")))
+    df = run_mc(scorer, traces_file, rollouts=6, truncated=policy, segments=4)
+    for _, row in df.iterrows():
+        a, b = row["token_start"], row["token_end"]
+        for col, parity in (("score_half_a", 0), ("score_half_b", 1)):
+            want = half_value(b, parity, 6, policy) - half_value(a, parity, 6, policy)
+            assert row[col] == pytest.approx(want, nan_ok=True), (col, a, b)
+    # FakeGenerator's pattern makes the halves differ: the split is by sample, not at random.
+    assert not df["score_half_a"].equals(df["score_half_b"])
+    if policy == "wrong":  # equal halves of 3: the two half values average to V
+        mean = (df["score_half_a"] + df["score_half_b"]) / 2
+        assert mean.to_numpy() == pytest.approx(df["score"].to_numpy())
+
+
+def test_split_halves_recombine_and_sum(scorer, traces_file, graded):
+    df = run_mc(scorer, traces_file, rollouts=4, segments=4, max_boundaries=3)
+    assert set(mc.SPEC.columns) >= {"score_half_a", "score_half_b"}
+    for g in by_trace(df).values():
+        mean = (g["score_half_a"] + g["score_half_b"]) / 2
+        assert mean.to_numpy() == pytest.approx(g["score"].to_numpy())
+        # Interpolated like score: a span's half credit is spread evenly over its segments.
+        for col in ("score_half_a", "score_half_b"):
+            assert g[col].iloc[0] == pytest.approx(g[col].iloc[1])
+            assert g[col].iloc[2] == pytest.approx(g[col].iloc[3])
+
+
+def test_one_rollout_leaves_the_second_half_empty(scorer, traces_file, graded):
+    df = run_mc(scorer, traces_file, rollouts=1)
+    assert df["score_half_b"].isna().all()
+    assert df["score_half_a"].to_numpy() == pytest.approx(df["score"].to_numpy())
+    assert "score_note" not in df  # an empty half is not a missing score

@@ -8,9 +8,11 @@ import pytest
 from cotcredit.errors import UserError
 from cotcredit.forcing import EXIT_PLAIN, EXIT_THINK, ForcingOptions, answer_forcing
 from cotcredit.lm import Scorer
+from cotcredit.methods.base import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions, redistribute_rewards
 from cotcredit.pipeline import run_analysis
-from cotcredit.segmentation import SegmentOptions
+from cotcredit.segmentation import SegmentOptions, segment_encoded
+from cotcredit.traces import Trace
 
 
 def rows_of(scorer, traces_file, **opts):
@@ -25,9 +27,12 @@ def test_rewards_sum_to_outcome(scorer, traces_file, sum_to, space):
     df, _ = rows_of(scorer, traces_file, sum_to=sum_to, space=space)
     for _, g in df.groupby("trace_id"):
         g = g.sort_values("segment")
-        zeta = g.outcome.iloc[0]
+        zeta, terminal = g.outcome.iloc[0], g.terminal.iloc[0]
+        # The outcome in g's space: ζ in probability space, its log (floored) in log space.
+        assert terminal == (zeta if space == "prob" else math.log(max(zeta, 1e-300)) if zeta > 1e-6
+                            else min(math.log(1e-6), g.g_before.min(), g.g_after.min()))
         g0 = g.g_before.iloc[0]
-        target = zeta if sum_to == "return" else zeta - g0
+        target = terminal if sum_to == "return" else terminal - g0
         assert g.score.sum() == pytest.approx(target, abs=1e-9)
         # g_after of one segment is g_before of the next; r_k = g_k - g_(k-1) except the ends.
         assert list(g.g_after.iloc[:-1]) == list(g.g_before.iloc[1:])
@@ -77,17 +82,27 @@ def test_redistribute_rewards_formula():
     assert sum(r) == pytest.approx(0.0) and r[0] == pytest.approx(0.3)
 
 
-def test_exit_string_choice_and_errors(scorer: Scorer, traces_file):
-    from cotcredit.traces import read_traces
-
-    t1, t2, _ = read_traces(traces_file).traces
-    assert answer_forcing(scorer, t1, ForcingOptions()).exit_string == EXIT_PLAIN
-    assert answer_forcing(scorer, t2, ForcingOptions()).exit_string == EXIT_THINK
-    f = answer_forcing(scorer, t1, ForcingOptions())
-    assert f.terminators and scorer.tokenizer.decode(f.answer_ids) == "12"
+def test_exit_string_is_chosen_once_per_model_and_errors(scorer: Scorer):
+    # The tiny tokenizer's template has no <think>: the plain exit string, for every trace.
+    f = answer_forcing(scorer, ForcingOptions())
+    assert f.exit_string == EXIT_PLAIN
+    probe = f.answer_probe("12")
+    a0, a1 = probe.span("answer")
+    assert f.terminators and scorer.tokenizer.decode(probe.ids[a0:a1]) == "12"
+    assert scorer.tokenizer.decode(probe.ids) == EXIT_PLAIN + "12"
     with pytest.raises(UserError, match="does not tokenize cleanly"):
-        answer_forcing(scorer, t1, ForcingOptions(exit_string="\ufffe\udcff"))
-    assert not answer_forcing(scorer, t1, ForcingOptions(exit_string="Answer: ")).terminators
+        answer_forcing(scorer, ForcingOptions(exit_string="\ufffe\udcff"))
+    assert not answer_forcing(scorer, ForcingOptions(exit_string="Answer: ")).terminators
+
+
+def test_thinking_models_get_the_close_tag(scorer: Scorer):
+    from cotcredit.forcing import default_exit_string
+
+    class Tok:
+        chat_template = "{{ '<|im_start|>assistant\\n<think>\\n' }}"
+
+    assert default_exit_string(Tok()) == EXIT_THINK
+    assert default_exit_string(scorer.tokenizer) == EXIT_PLAIN
 
 
 def test_trace_without_solution_first_then_with(scorer, traces_file, tmp_path):
@@ -104,3 +119,36 @@ def test_trace_without_solution_first_then_with(scorer, traces_file, tmp_path):
     assert df[df.trace_id == "t2"].v_hat.isna().all()
     assert df[df.trace_id == "t1"].v_hat.notna().all() and df.v_hat.dtype == "float64"
     assert json.loads(lines[0])["id"] == "t1"
+
+
+def test_log_space_wrong_trace_penalises_its_commitment():
+    from cotcredit.methods.rredcot import terminal_value
+
+    g = [-3.0, -2.0, -1.5]
+    t = terminal_value(0.0, g, "log", 1e-6)
+    assert t == pytest.approx(math.log(1e-6))
+    r, _ = redistribute_rewards(g, t, "return")
+    assert r[-1] < 0 and sum(r) == pytest.approx(t)
+    # Estimates below the floor: the terminal follows them down, the commitment is still <= 0.
+    g = [-30.0, -20.0, -25.0]
+    t = terminal_value(0.0, g, "log", 1e-6)
+    r, _ = redistribute_rewards(g, t, "advantage")
+    assert t == -30.0 and r[-1] <= 0 and sum(r) == pytest.approx(t - g[0])
+    # A correct trace ends at log 1 = 0; probability space keeps ζ.
+    assert terminal_value(1.0, g, "log") == 0.0 and terminal_value(0.0, g, "prob") == 0.0
+
+
+@pytest.mark.parametrize("space", ["prob", "log"])
+def test_wrong_trace_commitment_is_negative_in_both_spaces(scorer, space):
+    from cotcredit.methods.rredcot import run
+
+    trace = Trace("w", "What is 3 + 4?", "Let me add.\nSo 3 + 4 = 8.\nThe answer is 8.", "7",
+                  outcome=0.0)
+    enc = scorer.encode(trace, reserve=64)
+    fwd = scorer.forward(enc.ids)
+    seg = segment_encoded(enc, fwd.entropies, SegmentOptions(segments=2))
+    rows = run(TraceContext(scorer, enc, fwd, seg), RredcotOptions(value="rhat", space=space))
+    rows = rows["rredcot"]
+    assert rows[-1]["score"] <= 0
+    assert math.fsum(r["score"] for r in rows) == pytest.approx(rows[0]["terminal"], abs=1e-9)
+    assert rows[0]["space"] == space

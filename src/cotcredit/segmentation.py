@@ -23,6 +23,7 @@ import torch
 
 from cotcredit.errors import UserError
 from cotcredit.lm import EncodedTrace
+from cotcredit.options import check_choices, option
 
 DEFAULT_KEYWORDS: tuple[str, ...] = (
     "Wait",
@@ -56,17 +57,23 @@ DEFAULT_KEYWORDS: tuple[str, ...] = (
 class SegmentOptions:
     """How the reasoning is cut into segments."""
 
-    segments: int = 8  # target number of segments per trace
-    keywords: tuple[str, ...] = DEFAULT_KEYWORDS
-    merge: str = "pair"  # pair | boundary
-    min_tokens: int = 1
-    max_tokens: int | None = None
+    segments: int = option(8, short="-k", help="Target number of segments per trace.")
+    keywords: tuple[str, ...] = option(
+        DEFAULT_KEYWORDS,
+        help="Comma-separated discourse keywords that open a segment [default: built-in list].",
+    )
+    merge: str = option(
+        "pair", choices=("pair", "boundary"),
+        help="pair: merge the adjacent pair with the lowest summed entropy; boundary: the "
+        "lowest entropy at the cut.",
+    )
+    min_tokens: int = option(1, help="Minimum tokens per segment.")
+    max_tokens: int | None = option(None, help="Maximum tokens per segment.")
 
     def validate(self) -> SegmentOptions:
         if self.segments < 1:
             raise UserError("--segments must be at least 1")
-        if self.merge not in ("pair", "boundary"):
-            raise UserError(f"--merge must be pair or boundary, got '{self.merge}'")
+        check_choices(self)
         if self.min_tokens < 1:
             raise UserError("--min-tokens must be at least 1")
         if self.max_tokens is not None and self.max_tokens < self.min_tokens:

@@ -29,6 +29,7 @@ import torch
 from cotcredit.attribution import EmbeddingTarget, TargetOptions
 from cotcredit.errors import UserError
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
+from cotcredit.options import option
 
 KINDS = ("ig", "saliency", "ixg")
 
@@ -37,11 +38,23 @@ KINDS = ("ig", "saliency", "ixg")
 class GradientOptions:
     """Options of gradient attribution."""
 
-    target: TargetOptions = TargetOptions()  # baseline_text does not apply (embedding baseline)
-    kinds: tuple[str, ...] = ("ig",)  # any of ig, saliency, ixg; output labels gradient-<kind>
-    steps: int = 32  # integrated-gradients steps
-    ig_baseline: str = "zero"  # zero | pad: baseline embedding of integrated gradients
-    batch_tokens: int = 4096  # tokens per internal IG batch (at least one sequence)
+    # baseline_text does not apply: the baseline of integrated gradients is an embedding.
+    target: TargetOptions = option(default_factory=TargetOptions, help="What is attributed.")
+    kinds: tuple[str, ...] = option(
+        ("ig",), flag="--gradient",
+        help="Comma-separated gradient kinds: ig (integrated gradients), saliency, ixg (input x "
+        "gradient); rows labelled gradient-<kind>.",
+    )
+    steps: int = option(32, help="Integrated-gradients steps.")
+    ig_baseline: str = option(
+        "zero", choices=("zero", "pad"),
+        help="Integrated-gradients baseline embedding: zero | pad (pad token).",
+    )
+    batch_tokens: int = option(
+        4096, flag="--ig-batch-tokens",
+        help="Tokens per internal batch of integrated-gradient steps (bounds memory; at least "
+        "one sequence).",
+    )
 
     def validate(self) -> GradientOptions:
         self.target.validate()

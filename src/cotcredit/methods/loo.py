@@ -24,13 +24,14 @@ import numpy as np
 
 from cotcredit.attribution import TargetOptions, value_function
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
+from cotcredit.options import option
 
 
 @dataclass(frozen=True)
 class LooOptions:
     """Options of leave-one-out (only the shared target)."""
 
-    target: TargetOptions = TargetOptions()
+    target: TargetOptions = option(default_factory=TargetOptions, help="What is attributed.")
 
     def validate(self) -> LooOptions:
         self.target.validate()

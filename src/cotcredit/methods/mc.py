@@ -3,14 +3,28 @@
 State s_k = prompt + reasoning tokens [:b_k], with b_0 = 0 (the bare prompt) and b_K the end of
 the reasoning (segment k covers tokens b_(k-1)..b_k). From each scored state the model samples
 N completions c_(k,1..N) ~ π(· | s_k) (temperature, top-p, max new tokens, seed). Completion i is
-graded as the text reasoning[:b_k] + decode(c_(k,i)): its final answer is extracted and checked
-against the reference answer Y* with math-verify (`grading.grade_completion`; no answer = wrong).
+graded on what it states: its final answer is extracted from reasoning[:b_k] + decode(c_(k,i))
+but must end inside the completion (a sentence "so the answer is | 12" cut by the boundary
+counts; a \boxed{} or answer statement wholly inside the prefix does not), and is checked against
+the reference answer Y* with math-verify (`grading.grade_completion(..., prefix=)`; no answer =
+wrong).
 
     n_k      = N                     (truncated="wrong": cut-off completions count as wrong)
              = N − n_truncated_k     (truncated="drop":  they are left out)
     V_k      = n_correct_k / n_k     (n_correct_k: correct completions that were not cut off)
     stderr_k = sqrt(V_k (1 − V_k) / n_k)
     credit_k = V_k − V_(k−1)         (segment k = 1..K)  ⇒  Σ_k credit_k = V_K − V_0
+    V_k^A, V_k^B                     V_k from the even-indexed samples (0, 2, 4, ...) and from
+                                     the odd-indexed ones (1, 3, 5, ...) of boundary k alone
+    score_half_a = V_k^A − V_(k−1)^A,  score_half_b = V_k^B − V_(k−1)^B
+
+The two half scores are independent estimates of the same credits from disjoint rollouts. Their
+correlation across segments, r_AB, is MC's split-half reliability: it measures MC's own noise.
+Spearman–Brown gives the reliability of the full N, ρ = 2 r_AB / (1 + r_AB), and no method can be
+expected to correlate with `score` above about √ρ (attenuation by MC's noise). They use the same
+truncation policy and interpolation as `score`; a half with no usable rollout (N = 1, or all cut
+off under "drop") has value NaN, so its scores are NaN. With N even and truncated="wrong",
+(score_half_a + score_half_b) / 2 = score exactly.
 
 A boundary whose rollouts were all cut off under "drop" has no value: its segments get score NaN
 with a `score_note`.
@@ -23,9 +37,9 @@ counts 0). Σ credits is still V_K − V_0.
 
 Cost: all N·(K+1) rollouts of a trace go to the generator in one call (see `generation.py`:
 batched, shared prefill per state, prefix caching under vLLM). Each row (per segment) carries
-value_before, value_after (V at its start and end), stderr (of value_after), n_rollouts,
-n_correct, n_truncated (of its end boundary) and the trace totals trace_rollouts,
-trace_truncated. `save_rollouts` writes every completion to a Parquet file, per trace.
+score_half_a, score_half_b, value_before, value_after (V at its start and end), stderr (of
+value_after), n_rollouts, n_correct, n_truncated (of its end boundary) and the trace totals
+trace_rollouts, trace_truncated. `save_rollouts` writes every completion to a Parquet file, per trace.
 """
 
 from __future__ import annotations
@@ -39,8 +53,9 @@ import pyarrow as pa
 
 from cotcredit import grading
 from cotcredit.errors import UserError
-from cotcredit.generation import SamplingOptions, get_generator
+from cotcredit.generation import SamplingOptions, get_generator, parse_engine_args
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
+from cotcredit.options import check_choices, option
 from cotcredit.tables import TableWriter, run_key
 
 
@@ -50,18 +65,42 @@ class McOptions:
 
     # Per-sample random streams make results independent of the batch size; where rollouts are
     # saved does not change scores either. Neither blocks resuming a run.
-    NOT_IN_RUN_KEY: ClassVar[tuple[str, ...]] = ("batch_size", "save_rollouts")
+    NOT_IN_RUN_KEY: ClassVar[tuple[str, ...]] = ("batch_size", "save_rollouts", "vllm_args")
 
-    rollouts: int = 8  # N completions per boundary
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 1024
-    seed: int = 0
-    batch_size: int | None = None  # rows per generate call; None: automatic
-    backend: str = "hf"  # hf | vllm
-    truncated: str = "wrong"  # wrong | drop: completions cut off by max_new_tokens
-    max_boundaries: int | None = None  # score at most this many boundaries (evenly spaced)
-    save_rollouts: str | None = None  # Parquet file receiving every completion
+    rollouts: int = option(8, short="-n", help="Completions N sampled from every boundary.")
+    temperature: float = option(1.0, help="Sampling temperature (0: greedy).")
+    top_p: float = option(1.0, help="Nucleus sampling mass (1: off).")
+    max_new_tokens: int = option(
+        1024, help="Tokens a rollout may generate before it counts as truncated."
+    )
+    seed: int = option(0, help="Seed: same seed, backend and device, same rollouts.")
+    batch_size: int | None = option(
+        None, help="Rollouts per generate call [default: automatic; halved on out-of-memory]."
+    )
+    backend: str = option(
+        "hf", choices=("hf", "vllm"),
+        help="hf: transformers generate (CPU/GPU); vllm: vLLM (when installed).",
+    )
+    truncated: str = option(
+        "wrong", choices=("wrong", "drop"),
+        help="Rollouts cut off by --max-new-tokens: wrong (count as wrong) or drop (leave out "
+        "of V).",
+    )
+    max_boundaries: int | None = option(
+        None,
+        help="Score at most this many boundaries per trace (evenly spaced, incl. the prompt and "
+        "the full reasoning); V is interpolated in between.",
+    )
+    save_rollouts: str | None = option(
+        None,
+        help="Parquet table receiving every rollout (trace, boundary, sample, text, answer, "
+        "correct, truncated).",
+    )
+    vllm_args: tuple[str, ...] = option(
+        (), flag="--vllm-arg",
+        help="KEY=VALUE passed to vllm.LLM (e.g. tensor_parallel_size=2, "
+        "gpu_memory_utilization=0.8); repeatable; --backend vllm only.",
+    )
 
     def sampling(self) -> SamplingOptions:
         return SamplingOptions(n=self.rollouts, temperature=self.temperature, top_p=self.top_p,
@@ -71,8 +110,8 @@ class McOptions:
     def validate(self) -> McOptions:
         if self.rollouts < 1:
             raise UserError(f"--rollouts must be at least 1, got {self.rollouts}")
-        if self.truncated not in ("wrong", "drop"):
-            raise UserError(f"--truncated must be wrong or drop, got '{self.truncated}'")
+        check_choices(self)
+        parse_engine_args(self.vllm_args, self.backend)
         if self.max_boundaries is not None and self.max_boundaries < 2:
             raise UserError(f"--max-boundaries must be at least 2 (the prompt and the full "
                             f"reasoning), got {self.max_boundaries}")
@@ -117,7 +156,8 @@ def sample_rollouts(ctx: TraceContext, options: McOptions, which: list[int]) -> 
     """Sample and grade N completions from each boundary index in `which`, in one generator call."""
     enc, trace = ctx.encoded, ctx.trace
     bounds = ctx.segmentation.boundaries
-    gen = get_generator(ctx.scorer, options.backend)
+    engine = parse_engine_args(options.vllm_args, options.backend)
+    gen = get_generator(ctx.scorer, options.backend, engine)
     prompts = [enc.prefix(bounds[k]) for k in which]
     # Keyed by trace and token offset: a state gets the same rollouts whatever else is scored.
     keys = [f"{trace.id}@{bounds[k]}" for k in which]
@@ -126,7 +166,8 @@ def sample_rollouts(ctx: TraceContext, options: McOptions, which: list[int]) -> 
     for k, cs in zip(which, completions, strict=True):
         prefix_text = trace.response[: enc.token_starts[bounds[k]]]
         for j, c in enumerate(cs):
-            graded = grading.grade_completion(prefix_text + c.text, trace.answer)
+            # Graded on what the rollout states, not on an answer in the prefix it continues.
+            graded = grading.grade_completion(c.text, trace.answer, prefix=prefix_text)
             rollouts.append(Rollout(k, bounds[k], j, c.text, len(c.token_ids), graded.answer,
                                     bool(graded.correct), c.truncated))
     return rollouts
@@ -168,6 +209,12 @@ def run(ctx: TraceContext, options: McOptions) -> MethodRows:
         by_k[r.boundary].append(r)
     stats = {k: boundary_value(by_k[k], options.truncated) for k in which}
     V = interpolate(K, {k: s.value for k, s in stats.items()})
+    # Split halves by sample index: even samples (A) and odd samples (B) of every boundary.
+    halves = [
+        interpolate(K, {k: boundary_value([r for r in by_k[k] if r.sample % 2 == parity],
+                                          options.truncated).value for k in which})
+        for parity in (0, 1)
+    ]
     if options.save_rollouts:
         save_rollouts(ctx, options, rollouts)
     n_trunc = sum(r.truncated for r in rollouts)
@@ -179,6 +226,8 @@ def run(ctx: TraceContext, options: McOptions) -> MethodRows:
         end = stats.get(i + 1)
         row = {
             "score": V[i + 1] - V[i],
+            "score_half_a": halves[0][i + 1] - halves[0][i],
+            "score_half_b": halves[1][i + 1] - halves[1][i],
             "value_before": V[i],
             "value_after": V[i + 1],
             "stderr": end.stderr if end else math.nan,
@@ -254,7 +303,7 @@ SPEC = MethodSpec(
     labels=lambda options: ["mc"],
     reserve=reserve,
     description="Monte Carlo values V_k from N graded rollouts per boundary; credit V_k − V_(k−1)",
-    columns={"value_before": "float64", "value_after": "float64", "stderr": "float64", "n_rollouts": "int64", "n_correct": "int64", "n_truncated": "int64", "interpolated": "bool", "trace_rollouts": "int64", "trace_truncated": "int64", "truncated_policy": "string", "score_note": "string"},
+    columns={"score_half_a": "float64", "score_half_b": "float64", "value_before": "float64", "value_after": "float64", "stderr": "float64", "n_rollouts": "int64", "n_correct": "int64", "n_truncated": "int64", "interpolated": "bool", "trace_rollouts": "int64", "trace_truncated": "int64", "truncated_policy": "string", "score_note": "string"},
     order=1,
     command="cotcredit mc-baseline TRACES",
     default_output="mc.parquet",

@@ -13,11 +13,18 @@ importance-sampling proposal, C a connector. With `length_norm`, log p(U* | ...)
 Combination. In `space="prob"` (default) the estimates are combined as probabilities,
 g_k = exp(R̂_k) + exp(v̂_k), so v̂ stays the importance-sampling estimate it claims to be (each
 term is computed in log space and exponentiated once, which is exact in float64). In
-`space="log"`, g_k = logsumexp(R̂_k, v̂_k). `value` picks rhat, vhat or both terms.
+`space="log"`, g_k = logsumexp(R̂_k, v̂_k). `value` picks rhat, vhat or both terms. With both
+terms g_k can exceed 1 (two estimates of one success probability, added): rewards are then not
+confined to [−1, 1] and a correct trace's correction 1 − g_K can be negative; nothing downstream
+assumes otherwise (see the README for how often it happens).
 
 Redistribution (RUDDER): r_k = g_k − g_{k−1} for k = 1..K. Return equivalence: the last segment
-absorbs the correction ζ − g_K, where ζ is the trace's outcome, so with `sum_to="advantage"`
-Σ r_k = ζ − g_0, and with `sum_to="return"` the first segment also receives g_0 and Σ r_k = ζ.
+absorbs the correction T − g_K, where T is the trace's outcome ζ in g's space
+(`terminal_value`): ζ itself in probability space; log ζ in log space, with a wrong trace
+(ζ ≤ `log_floor`, whose log is −∞) ending at min(log log_floor, g_0, ..., g_K), so that the
+segment committing to a wrong answer gets T − g_(K−1) ≤ 0 in both spaces. With
+`sum_to="advantage"` Σ r_k = T − g_0, and with `sum_to="return"` the first segment also receives
+g_0 and Σ r_k = T (the `terminal` column).
 
 Cost: one forward pass over the trace (shared with segmentation), then every probe of every
 boundary in packed passes on its KV cache (see `Scorer.score_continuations`).
@@ -32,6 +39,7 @@ from cotcredit.errors import UserError
 from cotcredit.forcing import ForcingOptions, answer_forcing
 from cotcredit.lm import Continuation
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
+from cotcredit.options import check_choices, option
 from cotcredit.outcome import trace_outcome
 
 
@@ -39,26 +47,42 @@ from cotcredit.outcome import trace_outcome
 class RredcotOptions:
     """Options of RREDCoT; defaults chosen on the lookup benchmark (see benchmarks/)."""
 
-    value: str = "both"  # rhat | vhat | both
-    space: str = "prob"  # prob | log: where R̂ and v̂ are combined and differenced
-    sum_to: str = "return"  # return: Σ r = ζ; advantage: Σ r = ζ − g_0
-    length_norm: bool = False  # per-token normalisation of log p(U*) in v̂
-    connector: str = "\n"  # C, between the prefix and the reference solution
-    forcing: ForcingOptions = ForcingOptions()
-    probe_mode: str = "packed"  # packed | naive (one forward per probe; for checks)
+    value: str = option(
+        "both", choices=("rhat", "vhat", "both"),
+        help="rhat: R̂ alone; vhat: v̂ alone; both: R̂ + v̂ (v̂ needs a reference solution).",
+    )
+    space: str = option(
+        "prob", choices=("prob", "log"),
+        help="prob: g_k = exp(R̂_k) + exp(v̂_k), rewards are differences of probabilities; "
+        "log: g_k = logsumexp(R̂_k, v̂_k), differences of log-probabilities.",
+    )
+    sum_to: str = option(
+        "return", choices=("return", "advantage"),
+        help="return: a trace's rewards sum to its outcome (the first segment also gets g_0); "
+        "advantage: they sum to the outcome - g_0.",
+    )
+    length_norm: bool = option(
+        False, help="Per-token (geometric-mean) normalisation of log p(U*) in v̂."
+    )
+    log_floor: float = option(
+        1e-6,
+        help="--space log: outcomes at or below this (a wrong trace) end at log(floor), or at the "
+        "trace's lowest g if lower.",
+    )
+    connector: str = option(
+        "\n", help="String C between the prefix and the reference solution in v̂."
+    )
+    forcing: ForcingOptions = option(default_factory=ForcingOptions, help="Answer forcing.")
+    probe_mode: str = option(
+        "packed", choices=("packed", "naive"),
+        help="packed: all probes in packed passes on the trace's KV cache; naive: one forward "
+        "per probe (for checks).",
+    )
 
     def validate(self) -> RredcotOptions:
-        for name, allowed in (
-            ("value", ("rhat", "vhat", "both")),
-            ("space", ("prob", "log")),
-            ("sum_to", ("return", "advantage")),
-            ("probe_mode", ("packed", "naive")),
-        ):
-            if getattr(self, name) not in allowed:
-                raise UserError(
-                    f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}, "
-                    f"got '{getattr(self, name)}'"
-                )
+        check_choices(self)
+        if not 0 < self.log_floor < 1:
+            raise UserError(f"--log-floor must be in (0, 1), got {self.log_floor}")
         return self
 
 
@@ -79,23 +103,27 @@ def _logaddexp(a: float, b: float) -> float:
 def estimate(ctx: TraceContext, options: RredcotOptions) -> BoundaryEstimates:
     """R̂_k, v̂_k and g_k at every boundary of the trace's segmentation."""
     scorer, trace = ctx.scorer, ctx.trace
-    f = answer_forcing(scorer, trace, options.forcing)
+    forcing = answer_forcing(scorer, options.forcing)
     use_v = options.value in ("vhat", "both") and trace.solution is not None
     if options.value == "vhat" and trace.solution is None:
         raise UserError(
             f"{trace.where}: --value vhat needs a reference solution (field 'solution')"
         )
     bounds = ctx.segmentation.boundaries
+    r_probe = forcing.answer_probe(trace.answer, trace.where)
+    a0, _ = r_probe.span("answer")
     conts = [
-        Continuation(ctx.prefix_len(b), f.exit_ids + f.answer_ids, len(f.exit_ids), f.terminators)
+        Continuation(ctx.prefix_len(b), r_probe.ids, a0, forcing.terminators or None)
         for b in bounds
     ]
     if use_v:
-        c_ids = scorer.encode_text(options.connector) if options.connector else []
-        u_ids = scorer.encode_text(trace.solution.strip())
-        tail = u_ids + f.exit_ids + f.answer_ids
+        v_probe = forcing.solution_probe(options.connector, trace.solution, trace.answer,
+                                         trace.where)
+        u0, u1 = v_probe.span("solution")
+        y0, _ = v_probe.span("answer")
         conts += [
-            Continuation(ctx.prefix_len(b), c_ids + tail, len(c_ids), f.terminators) for b in bounds
+            Continuation(ctx.prefix_len(b), v_probe.ids, u0, forcing.terminators or None)
+            for b in bounds
         ]
     if options.probe_mode == "packed":
         scores = scorer.score_continuations(ctx.forward, conts)
@@ -105,10 +133,10 @@ def estimate(ctx: TraceContext, options: RredcotOptions) -> BoundaryEstimates:
     r_hat = [s.logprob for s in scores[:K1]]
     v_hat: list[float | None] = [None] * K1
     if use_v:
-        nu, ne = len(u_ids), len(f.exit_ids)
+        nu = u1 - u0
         for k, s in enumerate(scores[K1:]):
-            log_u = sum(s.token_logprobs[:nu])
-            log_y = s.logprob - sum(s.token_logprobs[: nu + ne])
+            log_u = math.fsum(s.token_logprobs[:nu])  # p(U* | s_k ⊕ C)
+            log_y = s.logprob - math.fsum(s.token_logprobs[: y0 - u0])  # p(Y* | ... ⊕ U* ⊕ E)
             v_hat[k] = (log_u / max(nu, 1) if options.length_norm else log_u) + log_y
     g = []
     for rh, vh in zip(r_hat, v_hat):
@@ -118,15 +146,31 @@ def estimate(ctx: TraceContext, options: RredcotOptions) -> BoundaryEstimates:
     return BoundaryEstimates(r_hat, v_hat, g)
 
 
-def redistribute_rewards(
-    g: list[float], outcome: float, sum_to: str = "return"
-) -> tuple[list[float], float]:
-    """Segment rewards from g_0..g_K: r_k = g_k − g_{k−1}, the last absorbing ζ − g_K.
+def terminal_value(outcome: float, g: list[float], space: str = "prob", log_floor: float = 1e-6) -> float:
+    """The trace's outcome ζ in the space of g: the value the last state is corrected to.
 
-    Returns (rewards, correction). Σ rewards = ζ (return) or ζ − g_0 (advantage).
+    In probability space it is ζ itself. In log space it is log ζ; an outcome at or below
+    `log_floor` (a wrong trace, ζ = 0, whose log is −∞) maps to min(log log_floor, g_0..g_K), so
+    the segment that commits to a wrong answer, whose reward is terminal − g_(K−1), is never
+    positive whatever the model's estimates were.
+    """
+    if space == "prob":
+        return float(outcome)
+    if outcome > log_floor:
+        return math.log(outcome)
+    return min(math.log(log_floor), *g)
+
+
+def redistribute_rewards(
+    g: list[float], terminal: float, sum_to: str = "return"
+) -> tuple[list[float], float]:
+    """Segment rewards from g_0..g_K: r_k = g_k − g_{k−1}, the last absorbing terminal − g_K.
+
+    `terminal` is the outcome in g's space (`terminal_value`; ζ in probability space).
+    Returns (rewards, correction). Σ rewards = terminal (return) or terminal − g_0 (advantage).
     """
     rewards = [g[k] - g[k - 1] for k in range(1, len(g))]
-    correction = outcome - g[-1]
+    correction = terminal - g[-1]
     rewards[-1] += correction
     if sum_to == "return":
         rewards[0] += g[0]
@@ -139,7 +183,8 @@ def run(ctx: TraceContext, options: RredcotOptions) -> MethodRows:
         ctx.notes.append("traces without a reference solution use R̂ alone (v̂ needs one)")
     est = estimate(ctx, options)
     zeta = trace_outcome(ctx.trace)
-    rewards, correction = redistribute_rewards(est.g, zeta, options.sum_to)
+    terminal = terminal_value(zeta, est.g, options.space, options.log_floor)
+    rewards, correction = redistribute_rewards(est.g, terminal, options.sum_to)
     K = len(rewards)
     rows = []
     for k in range(K):
@@ -154,6 +199,8 @@ def run(ctx: TraceContext, options: RredcotOptions) -> MethodRows:
                 "g_after": est.g[k + 1],
                 "correction": correction if k == K - 1 else 0.0,
                 "outcome": zeta,
+                "terminal": terminal,
+                "space": options.space,
                 "sum_to": options.sum_to,
             }
         )
@@ -161,8 +208,9 @@ def run(ctx: TraceContext, options: RredcotOptions) -> MethodRows:
 
 
 def reserve(scorer, trace, options: RredcotOptions) -> int:
+    """Context kept free after the trace: the longest probe (C ⊕ U* ⊕ E ⊕ Y*, or E ⊕ Y*)."""
     solution = len(scorer.encode_text(trace.solution)) if trace.solution else 0
-    return solution + 64
+    return solution + len(scorer.encode_text(trace.answer)) + 64
 
 
 SPEC = MethodSpec(
@@ -172,7 +220,7 @@ SPEC = MethodSpec(
     labels=lambda options: ["rredcot"],
     reserve=reserve,
     description="RREDCoT segment rewards from the model's own answer and solution probabilities",
-    columns={"r_hat": "float64", "v_hat": "float64", "r_hat_before": "float64", "v_hat_before": "float64", "g_before": "float64", "g_after": "float64", "correction": "float64", "outcome": "float64", "sum_to": "string"},
+    columns={"r_hat": "float64", "v_hat": "float64", "r_hat_before": "float64", "v_hat_before": "float64", "g_before": "float64", "g_after": "float64", "correction": "float64", "outcome": "float64", "terminal": "float64", "space": "string", "sum_to": "string"},
     order=0,
     command="cotcredit redistribute TRACES",
     default_output="rredcot.parquet",

@@ -37,6 +37,7 @@ import torch
 from cotcredit.attribution import TargetOptions, ValueFunction, value_function
 from cotcredit.errors import UserError
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
+from cotcredit.options import check_choices, option
 
 CAPTUM_EXACT_MAX = 8  # captum's exact ShapleyValues enumerates K! orderings
 
@@ -45,16 +46,23 @@ CAPTUM_EXACT_MAX = 8  # captum's exact ShapleyValues enumerates K! orderings
 class ShapleyOptions:
     """Options of Shapley attribution."""
 
-    target: TargetOptions = TargetOptions()
-    backend: str = "shap"  # shap | captum
-    samples: int = 32  # orderings sampled when K > exact_max
-    exact_max: int = 10  # exact Shapley values when K <= exact_max
-    seed: int = 0
+    target: TargetOptions = option(default_factory=TargetOptions, help="What is attributed.")
+    backend: str = option(
+        "shap", choices=("shap", "captum"), flag="--shapley-backend",
+        help="shap: shap's Exact/Permutation explainers; captum: "
+        "ShapleyValues/ShapleyValueSampling.",
+    )
+    samples: int = option(32, help="Shapley: orderings of the segments sampled when K > --exact-max.")
+    exact_max: int = option(
+        10,
+        help="Shapley: exact (all 2^K coalitions) when there are at most this many segments "
+        "(captum: at most 8).",
+    )
+    seed: int = option(0, help="Seed of the sampled Shapley orderings.")
 
     def validate(self) -> ShapleyOptions:
         self.target.validate()
-        if self.backend not in ("shap", "captum"):
-            raise UserError(f"--shapley-backend must be shap or captum, got '{self.backend}'")
+        check_choices(self)
         if self.samples < 1:
             raise UserError("--samples must be at least 1")
         if self.exact_max < 0 or self.exact_max > 16:
