@@ -240,3 +240,31 @@ def test_vllm_backend_plumbing(scorer, prompts, monkeypatch):
     assert stop in p0.stop_token_ids
     assert out[0][0] == Completion([5, 6], decode_continuation(scorer.tokenizer, prompts[0], [5, 6]), "stop")
     assert out[0][1].truncated and out[0][1].token_ids == [7, 8, 9]
+
+
+def test_vllm_engine_arguments_parse_and_need_the_vllm_backend():
+    from cotcredit.errors import UserError
+    from cotcredit.generation import parse_engine_args
+
+    args = ["tensor_parallel_size=2", "gpu_memory_utilization=0.8", "enforce_eager=true",
+            "quantization=fp8"]
+    assert parse_engine_args(args) == {"tensor_parallel_size": 2, "gpu_memory_utilization": 0.8,
+                                       "enforce_eager": True, "quantization": "fp8"}
+    with pytest.raises(UserError, match="needs --backend vllm"):
+        parse_engine_args(["tensor_parallel_size=2"], backend="hf")
+    with pytest.raises(UserError, match="expected KEY=VALUE"):
+        parse_engine_args(["tensor_parallel_size"])
+
+
+def test_vllm_backend_without_vllm_is_one_line(scorer):
+    import importlib.util
+
+    from cotcredit.errors import UserError
+    from cotcredit.generation import get_generator
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    fresh = scorer.with_options(scorer.options)
+    fresh.__dict__["_generators"] = {}
+    with pytest.raises(UserError, match="vLLM is not installed"):
+        get_generator(fresh, "vllm", {"tensor_parallel_size": 2})

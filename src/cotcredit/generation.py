@@ -398,7 +398,8 @@ class VLLMGenerator:
 
     backend = "vllm"
 
-    def __init__(self, model_path: str, tokenizer, dtype: torch.dtype, stop_ids: list[int]):
+    def __init__(self, model_path: str, tokenizer, dtype: torch.dtype, stop_ids: list[int],
+                 engine_args: dict | None = None):
         try:
             import vllm
         except ImportError:
@@ -411,9 +412,14 @@ class VLLMGenerator:
             if torch.cuda.is_available():  # leave room for the scorer's copy of the model
                 free, total = torch.cuda.mem_get_info()
                 util = max(0.05, min(0.9, 0.9 * free / total))
-            _VLLM[model_path] = vllm.LLM(
-                model=model_path, tokenizer=model_path, enable_prefix_caching=True,
-                dtype=str(dtype).replace("torch.", ""), gpu_memory_utilization=util, seed=0)
+            # The user's engine arguments (tensor/data parallel, memory...) override ours.
+            kwargs = {"model": model_path, "tokenizer": model_path, "enable_prefix_caching": True,
+                      "dtype": str(dtype).replace("torch.", ""), "gpu_memory_utilization": util,
+                      "seed": 0, **(engine_args or {})}
+            try:
+                _VLLM[model_path] = vllm.LLM(**kwargs)
+            except TypeError as e:  # an unknown engine argument
+                raise UserError(f"--vllm-arg: vLLM refused the engine arguments ({e})") from None
         self.llm = _VLLM[model_path]
 
     def generate(self, prompts, options, keys=None, progress=None):
@@ -453,8 +459,30 @@ class VLLMGenerator:
 
 
 # ---- choosing a backend --------------------------------------------------------------------
-def get_generator(scorer, backend: str = "hf") -> Generator:
-    """The generator of `backend` for the scorer's model (one per model, reused)."""
+def parse_engine_args(items, backend: str = "vllm") -> dict:
+    """`["tensor_parallel_size=2", ...]` -> {"tensor_parallel_size": 2, ...} for `vllm.LLM`
+    (values parsed as YAML scalars: numbers, booleans, strings). Engine arguments need
+    `--backend vllm`; a malformed item is a one-line error."""
+    import yaml
+
+    items = list(items or ())
+    if items and backend != "vllm":
+        raise UserError("--vllm-arg needs --backend vllm")
+    out = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--vllm-arg {item}: expected KEY=VALUE (e.g. tensor_parallel_size=2)")
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
+
+
+def get_generator(scorer, backend: str = "hf", engine_args: dict | None = None) -> Generator:
+    """The generator of `backend` for the scorer's model (one per model, reused).
+    `engine_args` go to `vllm.LLM` unchanged (tensor/data parallel, memory settings...)."""
     if backend not in BACKENDS:
         raise UserError(f"--backend must be one of {', '.join(BACKENDS)}, got '{backend}'")
     cache = scorer.__dict__.setdefault("_generators", {})
@@ -466,5 +494,6 @@ def get_generator(scorer, backend: str = "hf") -> Generator:
             if not path:
                 raise UserError("--backend vllm needs a model loaded from a folder or hub id")
             cache[backend] = VLLMGenerator(path, scorer.tokenizer, scorer.dtype,
-                                           stop_token_ids(scorer.tokenizer, scorer.model))
+                                           stop_token_ids(scorer.tokenizer, scorer.model),
+                                           engine_args or {})
     return cache[backend]
