@@ -167,7 +167,9 @@ def _completions(draw):
     cuts = sorted(draw(st.lists(st.integers(0, n), max_size=8)))
     spans = list(zip([0, *cuts], [*cuts, n], strict=True))
     spans = draw(st.permutations(spans[: draw(st.integers(0, len(spans)))]))
-    rewards = draw(st.lists(st.floats(-1, 1), min_size=len(spans), max_size=len(spans)))
+    # With value both, g_k = p_R + p_v lies in [0, 2]: rewards reach [-2, 2] (and beyond with
+    # the correction); nothing here may assume [-1, 1].
+    rewards = draw(st.lists(st.floats(-3, 3), min_size=len(spans), max_size=len(spans)))
     advantage = draw(st.floats(-5, 5))
     return advantage, rewards, spans, n
 

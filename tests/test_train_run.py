@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-pytest.importorskip("trl")
-
+import trl  # noqa: F401  (a hard dependency: a broken install must fail here, not skip)
 from conftest import run_cli
 
+from cotcredit.encoding import token_offsets  # noqa: E402
 from cotcredit.lm import ModelOptions, Scorer  # noqa: E402
 from cotcredit.methods.base import TraceContext  # noqa: E402
 from cotcredit.methods.rredcot import RredcotOptions, estimate, redistribute_rewards  # noqa: E402
@@ -26,7 +25,7 @@ from cotcredit.traces import Trace  # noqa: E402
 from cotcredit.train.config import load_config  # noqa: E402
 from cotcredit.train.metrics import plot_reward_curves, read_metrics  # noqa: E402
 from cotcredit.train.run import prompt_field, prompt_ids, train  # noqa: E402
-from cotcredit.train.scoring import PolicySegmentRewards, token_offsets  # noqa: E402
+from cotcredit.train.scoring import PolicySegmentRewards  # noqa: E402
 
 PROBLEMS = [
     {"id": "a", "prompt": "What is 3 + 4?", "answer": "7", "solution": "3 + 4 = 7."},
@@ -56,6 +55,7 @@ grpo:
   extra: {{disable_tqdm: true, dataloader_pin_memory: false}}
 eval:
   max_new_tokens: 4
+  every: 1
 """
 
 
@@ -128,6 +128,9 @@ def test_two_step_run_writes_every_output(runs, mode):
     assert evaluation["before"]["problems"] == 2 and evaluation["after"]["step"] == 2
     assert evaluation["settings"]["temperature"] == 0.0
     assert (out / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
+    curve = read_metrics(out / "eval_curve.jsonl")  # eval.every: 1 -> before, then every step
+    assert [r["step"] for r in curve] == [0, 1, 2]
+    assert curve[0]["accuracy"] == evaluation["before"]["accuracy"]
     lines = (out / "eval_completions.jsonl").read_text().splitlines()
     assert sorted(json.loads(x)["when"] for x in lines) == ["after"] * 2 + ["before"] * 2
     as_run = (out / "config.yaml").read_text()
@@ -153,6 +156,28 @@ def test_resume_through_the_cli(runs, mode, capsys, monkeypatch):
     evaluation = json.loads((out / "eval.json").read_text())
     assert evaluation["after"]["step"] == 3 and evaluation["before"]["problems"] == 2
     assert "max_steps: 3" in (out / "config.yaml").read_text()
+
+
+def test_seed_override_and_seed_band(tmp_path, tiny_model_dir):
+    from cotcredit.train.metrics import seed_band
+    from cotcredit.train.run import _with_overrides
+
+    cfg = load_config(make_config(tmp_path, tiny_model_dir, "grpo"))
+    assert _with_overrides(cfg, 5, 123).seed == 123
+    assert _with_overrides(cfg, 5, None).grpo.max_steps == 5
+    steps, mean, low, high = seed_band([{1: 0.0, 2: 1.0, 3: 0.5}, {2: 0.0, 3: 1.0}])
+    assert steps == [2, 3]  # steps every run has
+    assert list(mean) == [0.5, 0.75] and list(low) == [0.0, 0.5] and list(high) == [1.0, 1.0]
+
+
+def test_plot_seed_groups(runs, tmp_path):
+    from cotcredit.train.metrics import plot_seed_curves
+
+    png = plot_seed_curves(
+        {mode: [runs[mode][0].parent / f"out-{mode}"] for mode in runs}, tmp_path / "s.png",
+        window=2,
+    )
+    assert png.read_bytes()[:4] == b"\x89PNG" and png.with_suffix(".pdf").is_file()
 
 
 def test_plot_two_runs_side_by_side(runs, tmp_path):

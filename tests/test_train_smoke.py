@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-trl = pytest.importorskip("trl")
-
+import trl  # a hard dependency: a broken install must fail here, not skip
 from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402

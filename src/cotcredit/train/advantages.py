@@ -35,7 +35,9 @@ Properties (all tested):
 
 Why this formula. ``strength`` (β) is the one knob; it acts on the rewards in their own units.
 RREDCoT rewards are differences of the policy's probability of stating the reference answer
-(``r_k = g_k − g_{k−1}``, each in [−1, 1]), so ``strength`` is "per unit of probability": with the
+(``r_k = g_k − g_{k−1}``; in [−1, 1] with ``value: rhat``, up to [−2, 2] with ``both``, where g_k
+adds two probability estimates; the formula needs no bound), so ``strength`` is "per unit of
+probability": with the
 default 3, a segment that raised the success probability by 0.2 more than another gets
 ``e^0.6 ≈ 1.8×`` its per-token credit, 0.5 more gives ``4.5×``. We did not z-score the rewards
 within a completion: that would make the weights scale-free but would blow up noise when the

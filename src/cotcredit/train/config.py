@@ -107,6 +107,7 @@ class EvalOptions(_Section):
     max_new_tokens: int | None = Field(None, ge=1)  # None: grpo.max_completion_length
     samples: int = Field(1, ge=1)  # completions per problem (accuracy averages over them)
     batch_size: int | None = Field(None, ge=1)  # rows per generate call; None: automatic
+    every: int | None = Field(None, ge=1)  # also evaluate every N steps (eval_curve.jsonl)
 
 
 class TrainConfig(_Section):

@@ -200,3 +200,69 @@ def plot_reward_curves(runs: Mapping[str, str | Path], out: str | Path) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return Path(out)
+
+
+def _by_step(rows: list[dict], key: str) -> dict[int, float]:
+    return {int(r["step"]): float(r[key]) for r in rows if r.get(key) is not None}
+
+
+def seed_band(runs: list[dict[int, float]], window: int = 1):
+    """Steps present in every run, and the mean, min and max over runs of each run's values
+    smoothed with a trailing moving average of `window` steps."""
+    import numpy as np
+
+    steps = sorted(set.intersection(*(set(r) for r in runs))) if runs else []
+    if not steps:
+        return [], np.array([]), np.array([]), np.array([])
+    curves = np.array([_moving_average([r[s] for s in steps], window) for r in runs])
+    return steps, curves.mean(axis=0), curves.min(axis=0), curves.max(axis=0)
+
+
+def plot_seed_curves(
+    groups: Mapping[str, list[str | Path]], out: str | Path, *, window: int = 10,
+    title: str = "",
+) -> Path:
+    """One figure comparing groups of runs (e.g. {"grpo": [seed dirs], "rredcot": [...]}): the
+    train reward (moving average over `window` steps) as the mean over seeds with a min–max
+    band, and, where the runs have eval_curve.jsonl, the eval accuracy likewise. Also saved as
+    PDF next to the PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    has_eval = any((Path(d) / "eval_curve.jsonl").exists() for ds in groups.values() for d in ds)
+    fig, axes = plt.subplots(1, 2 if has_eval else 1, figsize=(13 if has_eval else 7, 4.4),
+                             squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, dirs) in enumerate(groups.items()):
+        color = colors[i % len(colors)]
+        rewards = [_by_step(read_metrics(Path(d) / METRICS_FILE), "reward") for d in dirs]
+        steps, mean, low, high = seed_band(rewards, window)
+        ax = axes[0][0]
+        ax.plot(steps, mean, color=color, lw=2, label=f"{label} (mean of {len(dirs)} seeds)")
+        ax.fill_between(steps, low, high, color=color, alpha=0.18, lw=0)
+        if has_eval:
+            evals = [_by_step(read_metrics(Path(d) / "eval_curve.jsonl"), "accuracy")
+                     for d in dirs if (Path(d) / "eval_curve.jsonl").exists()]
+            steps, mean, low, high = seed_band(evals)
+            ax = axes[0][1]
+            ax.plot(steps, mean, color=color, lw=2, marker="o", ms=3, label=label)
+            ax.fill_between(steps, low, high, color=color, alpha=0.18, lw=0)
+    axes[0][0].set_title(f"train reward, moving average of {window} steps (band: min–max over seeds)")
+    axes[0][0].set_ylabel("reward (correct = 1)")
+    if has_eval:
+        axes[0][1].set_title("held-out accuracy (band: min–max over seeds)")
+        axes[0][1].set_ylabel("accuracy")
+    for ax in axes[0]:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small", loc="best")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out)
+    fig.savefig(out, dpi=110)
+    fig.savefig(out.with_suffix(".pdf"))
+    plt.close(fig)
+    return out

@@ -20,9 +20,9 @@
 
 Outputs in ``output_dir``: ``checkpoint-N/`` (TRL/transformers checkpoints, the last step always
 saved; each loads with ``--model output_dir/checkpoint-N``), ``metrics.jsonl`` (see
-``metrics``), ``eval.json`` (accuracy before and after) and ``eval_completions.jsonl`` (every
-eval completion, graded), ``reward_curve.png``, ``config.yaml`` (the config as run, paths
-absolute). Multi-GPU: ``accelerate launch -m cotcredit train config.yaml`` (each process loads
+``metrics``), ``eval.json`` (accuracy before and after), ``eval_completions.jsonl`` (every
+eval completion, graded), ``eval_curve.jsonl`` (with ``eval.every``: accuracy every N steps),
+``reward_curve.png``, ``config.yaml`` (the config as run, paths absolute). Multi-GPU: ``accelerate launch -m cotcredit train config.yaml`` (each process loads
 the model; only the main process writes the files above; evaluation is split over processes).
 """
 
@@ -48,6 +48,7 @@ from cotcredit.train.metrics import (
 )
 
 EVAL_FILE = "eval.json"
+EVAL_CURVE_FILE = "eval_curve.jsonl"  # accuracy on eval_file every eval.every steps
 EVAL_COMPLETIONS_FILE = "eval_completions.jsonl"
 CONFIG_FILE = "config.yaml"
 
@@ -147,16 +148,18 @@ def load_policy(cfg: TrainConfig):
 def _check_rredcot_inputs(fn, problems, cfg: TrainConfig) -> None:
     """Fail before training on what would fail at the first scoring of a problem."""
     from cotcredit.forcing import answer_forcing
-    from cotcredit.traces import Trace
 
+    forcing = answer_forcing(fn.scorer, fn.options.forcing)
     for p in problems:
+        where = f"{p.source}:{p.line}"
         if cfg.rredcot.value == "vhat" and not p.solution:
             raise UserError(
-                f"{p.source}:{p.line}: rredcot.value vhat needs a reference solution "
+                f"{where}: rredcot.value vhat needs a reference solution "
                 "(field 'solution') for every training problem"
             )
-        probe = Trace(p.id, p.prompt, ".", p.answer, p.solution, p.source, p.line)
-        answer_forcing(fn.scorer, probe, fn.options.forcing)
+        forcing.answer_probe(p.answer, where)
+        if p.solution and cfg.rredcot.value != "rhat":
+            forcing.solution_probe(fn.options.connector, p.solution, p.answer, where)
 
 
 # ---- evaluation ------------------------------------------------------------------------------
@@ -255,7 +258,7 @@ def _resume_checkpoint(output_dir: Path, resume: bool | str, overwrite: bool) ->
     if existing and overwrite:
         for p in existing:
             shutil.rmtree(p)
-        for name in (METRICS_FILE, EVAL_FILE, EVAL_COMPLETIONS_FILE, CURVE_FILE):
+        for name in (METRICS_FILE, EVAL_FILE, EVAL_CURVE_FILE, EVAL_COMPLETIONS_FILE, CURVE_FILE):
             (output_dir / name).unlink(missing_ok=True)
     return None
 
@@ -280,15 +283,44 @@ def _write_config(cfg: TrainConfig, path: Path) -> None:
     path.write_text(header + body, encoding="utf-8")
 
 
-def _with_max_steps(cfg: TrainConfig, max_steps: int | None) -> TrainConfig:
-    if max_steps is None:
-        return cfg
-    if max_steps < 1:
-        raise UserError(f"--max-steps must be at least 1, got {max_steps}")
+def _with_overrides(cfg: TrainConfig, max_steps: int | None, seed: int | None) -> TrainConfig:
+    """The config with the command line's --max-steps and --seed applied."""
     source = cfg._source
-    out = cfg.model_copy(update={"grpo": cfg.grpo.model_copy(update={"max_steps": max_steps})})
-    out._source = source
-    return out
+    if max_steps is not None:
+        if max_steps < 1:
+            raise UserError(f"--max-steps must be at least 1, got {max_steps}")
+        cfg = cfg.model_copy(update={"grpo": cfg.grpo.model_copy(update={"max_steps": max_steps})})
+    if seed is not None:
+        cfg = cfg.model_copy(update={"seed": seed})
+    cfg._source = source
+    return cfg
+
+
+class _PeriodicEval:
+    """A TrainerCallback that measures eval accuracy every `every` steps (main process writes
+    one line per evaluation to eval_curve.jsonl: step, accuracy, correct, completions)."""
+
+    def __init__(self, every: int, problems, prompts, options, path: Path):
+        from transformers import TrainerCallback
+
+        self.every, self.problems, self.prompts, self.options, self.path = (
+            every, problems, prompts, options, path
+        )
+        self.trainer = None
+        outer = self
+
+        class Callback(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                if state.global_step % outer.every == 0 and outer.trainer is not None:
+                    outer.run(state.global_step)
+
+        self.callback = Callback()
+
+    def run(self, step: int) -> None:
+        summary, _ = evaluate(self.trainer, self.problems, self.prompts, self.options)
+        if self.trainer.accelerator.is_main_process:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"step": step, **summary}) + "\n")
 
 
 # ---- the run ---------------------------------------------------------------------------------
@@ -297,6 +329,7 @@ def train(
     resume: bool | str = False,
     *,
     max_steps: int | None = None,
+    seed: int | None = None,
     overwrite: bool = False,
     callbacks: list | None = None,
     extra_rewards: list | None = None,
@@ -306,14 +339,14 @@ def train(
     ``config``: a YAML path or a ``TrainConfig``. ``resume``: True continues from the last
     ``checkpoint-N`` in ``output_dir``, a path from that checkpoint; without it an
     ``output_dir`` that already holds checkpoints is refused unless ``overwrite`` (which deletes
-    them and the old logs). ``max_steps`` overrides ``grpo.max_steps``. ``callbacks``: extra
+    them and the old logs). ``max_steps`` overrides ``grpo.max_steps``, ``seed`` the config's seed. ``callbacks``: extra
     ``transformers.TrainerCallback`` objects. ``extra_rewards``: more TRL reward functions
     (``f(completions, answer, **columns) -> list[float]``), summed with the correctness reward
     (RREDCoT's outcome stays the graded correctness). User mistakes raise ``UserError``.
     """
     start = time.perf_counter()
     cfg = load_config(config) if isinstance(config, (str, Path)) else config
-    cfg = _with_max_steps(cfg, max_steps)
+    cfg = _with_overrides(cfg, max_steps, seed)
     args = to_grpo_config(cfg)
     train_problems = _problems(cfg.train_file)
     eval_problems = _problems(cfg.eval_file) if cfg.eval_file is not None else None
@@ -365,9 +398,12 @@ def train(
         _write_config(cfg, out / CONFIG_FILE)
         if checkpoint is None:
             (out / METRICS_FILE).unlink(missing_ok=True)
+            (out / EVAL_CURVE_FILE).unlink(missing_ok=True)
         else:
             state = json.loads((checkpoint / "trainer_state.json").read_text())
-            truncate_metrics(out / METRICS_FILE, int(state.get("global_step", 0)))
+            step = int(state.get("global_step", 0))
+            truncate_metrics(out / METRICS_FILE, step)
+            truncate_metrics(out / EVAL_CURVE_FILE, step)
 
     eval_result: dict | None = None
     eval_rows: list[dict] = []
@@ -397,6 +433,15 @@ def train(
         eval_result = {"settings": settings, "before": before, "after": None}
         if main:
             _write_json(out / EVAL_FILE, eval_result)
+            if cfg.eval.every and checkpoint is None:
+                with open(out / EVAL_CURVE_FILE, "w", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"step": 0, **before}) + "\n")
+        if cfg.eval.every:
+            periodic = _PeriodicEval(
+                cfg.eval.every, eval_problems, eval_prompts, options, out / EVAL_CURVE_FILE
+            )
+            periodic.trainer = trainer
+            trainer.add_callback(periodic.callback)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)

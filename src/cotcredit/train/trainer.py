@@ -6,76 +6,12 @@ of per-token advantages (``advantages.batch_token_advantages``), computed from p
 rewards that a pluggable ``segment_rewards_fn(prompt_ids, completion_ids)`` returns. Everything
 else (generation, vLLM, accelerate/DeepSpeed, loss, logging, checkpoints) is TRL's.
 
-What TRL 1.16.0 does, read from ``trl/trainer/grpo_trainer.py`` (pinned: ``trl==1.16.*``; these
-are private internals and move between releases):
-
-- Data flow. The train dataloader yields a *generation batch* of
-  ``per_device_train_batch_size × steps_per_generation`` rows (``steps_per_generation`` defaults
-  to ``gradient_accumulation_steps``); ``RepeatSampler`` repeats each prompt ``num_generations``
-  times in consecutive rows, so a group is ``num_generations`` adjacent rows, and the global
-  generation batch (``generation_batch_size``) must be divisible by ``num_generations`` (checked
-  in ``GRPOConfig.__post_init__``, as is ``num_generations >= 2``). ``_prepare_inputs`` calls
-  ``_generate_and_score_completions(rows)`` once per generation batch, shuffles the result and
-  splits it into ``steps_per_generation`` micro-batches that are buffered
-  (``self._buffered_inputs``) and reused ``num_iterations`` times. In evaluation it is called per
-  batch without buffering.
-- ``_generate_and_score_completions(inputs: list[dict]) -> dict`` generates (``_generate``:
-  transformers ``generate`` on ``unwrap_model_for_generation(self.model_wrapped, ...)``, or vLLM),
-  computes old/ref log-probs when needed, calls the reward functions, computes the advantages
-  and returns ``prompt_ids`` (B, P) left-padded with ``prompt_mask``; ``completion_ids`` (B, T)
-  right-padded with the tokenizer's pad id and ``completion_mask`` (B, T) (1 on generated tokens
-  up to and including the first EOS; all 0 for a truncated completion when
-  ``mask_truncated_completions``); ``advantages`` **(B,)**; ``num_items_in_batch`` (0-d, tokens
-  in the whole generation batch, all processes); optionally ``old_per_token_logps``,
-  ``ref_per_token_logps`` (beta != 0), ``sampling_per_token_logps`` /
-  ``importance_sampling_ratio`` (vLLM), ``tool_mask``, multimodal fields. B is this process's
-  share of the generation batch; advantages are computed on the gathered rewards of all processes
-  and then sliced to the local rows.
-- Advantages: rewards = weighted sum over reward functions (``reward_weights``); ``A = r − mean
-  of the group``, divided by ``std + 1e-4`` of the group (``scale_rewards="group"``, default), of
-  the whole batch (``"batch"``) or not at all (``"none"``); NaN (all reward functions returned
-  None) → 0. ``multi_objective_aggregation="normalize_then_sum"`` normalises per function first.
-- Per-token advantages: ``_compute_loss`` unsqueezes the advantages *only if* they are 1-D
-  (``if advantages.dim() == 1: advantages = advantages.unsqueeze(1)``, with a comment saying
-  subclasses may supply (B, T)), so a (B, T) tensor passes through to every loss
-  (``grpo``/``bnpo``/``dr_grpo``/``dapo``/``luspo`` clipped ratio, ``cispo``, ``sapo``, ``vespo``)
-  and to the clip metrics. The off-policy mask, SAPO's temperatures, VESPO's gamma weights and
-  the clip metrics branch on ``advantages > 0``/``>= 0`` per element, so they behave exactly as
-  for plain GRPO when no token flips sign, which our formula guarantees. ``shuffle_sequence_dict``
-  and ``split_tensor_dict`` index dim 0, so (B, T) survives buffering. The loss multiplies by
-  ``completion_mask`` (× ``tool_mask``), so padding values do not matter (we set them to 0).
-  The default ``loss_type`` is ``"dapo"`` (sum over tokens / tokens in the global batch).
-- Reward functions are called as ``f(prompts=..., completions=..., completion_ids=...,
-  **columns, trainer_state=..., log_extra=..., log_metric=...)``, one list entry per completion
-  (prompts repeated per generation); ``columns`` are every dataset column except ``prompt``
-  (e.g. ``answer``, ``solution``) — ``remove_unused_columns`` defaults to False in GRPOConfig.
-  ``completions`` are strings, or ``[{"role": "assistant", "content": ...}]`` for
-  conversational prompts. They must return one float (or None) per completion.
-- Policy: ``self.model`` is the unwrapped model (the PEFT model under LoRA), ``self.model_wrapped``
-  the DDP/DeepSpeed wrapper; TRL generates through ``unwrap_model_for_generation`` (gathers ZeRO-3
-  parameters, disables gradient checkpointing) under ``torch.no_grad()`` and leaves the model in
-  train mode. TRL patches the model's ``forward`` with a fused LM head that is active only with
-  ``fused_lm_head=True``: a plain forward is unchanged.
-- Logs: ``self._metrics[mode][name]`` lists, averaged and cleared in ``log()`` every
-  ``logging_steps`` (``reward``, ``reward_std``, ``rewards/<func>/mean``, ``frac_reward_zero_std``,
-  ``completions/*_length``, ``completions/clipped_ratio``, ``entropy``, ``kl``, ``clip_ratio/*``,
-  ``num_tokens``, ``step_time``); they land in ``trainer.state.log_history`` and
-  ``trainer_state.json``. ``log_completions=True`` writes per-completion parquet tables to
-  ``output_dir/completions`` (with the scalar advantages). ``self._logs`` keeps the last
-  generation batch's prompts, completions, rewards and scalar advantages.
-- Checkpoints: ``transformers.Trainer`` machinery (``save_steps``, ``output_dir/checkpoint-N``
-  with weights, optimizer, scheduler, RNG state, ``trainer_state.json``); ``_save_checkpoint``
-  also writes a model card. ``trainer.train(resume_from_checkpoint=path_or_True)`` restores them
-  and skips the consumed batches; the generation buffer is empty after resuming, so the first
-  step regenerates.
-- Config gotchas: ``GRPOConfig`` has no ``max_prompt_length`` (prompts are never truncated);
-  ``bf16`` defaults to True and ``GRPOConfig()`` raises on a machine without a bf16 GPU unless
-  ``bf16=False`` (or ``use_cpu=True``, which then trains in bf16 autocast on CPU);
-  ``gradient_checkpointing`` defaults to True (slower for tiny models; transformers 5 warns it
-  is renamed ``activation_checkpointing``); ``learning_rate`` defaults to 1e-6, ``beta`` to 0
-  (no reference model), ``loss_type`` to ``"dapo"``, ``logging_steps`` to 10.
-- CPU: works with ``use_cpu=True`` or ``bf16=False``; a 2-step run of a tiny random Llama takes
-  seconds (see ``tests/test_train_smoke.py``).
+What it overrides and why: ``_generate_and_score_completions`` (TRL's step that returns the
+batch with one advantage per completion) is wrapped to replace ``advantages`` (B,) by (B, T)
+token advantages; TRL's loss accepts per-token advantages unchanged, and no token changes sign,
+so clipping and masks branch as for plain GRPO. These are private internals of the pinned
+``trl==1.16.*``; docs/trl-internals.md records what they do there (data flow, where advantages
+are computed and sliced per process, logs, checkpoints), to check against before an upgrade.
 
 The RREDCoT step (``_rredcot_advantages``) runs in training only (evaluation keeps TRL's scalar
 advantages, so the eval loss stays comparable between modes). It skips completions whose
@@ -239,13 +175,19 @@ class RredcotGRPOTrainer(GRPOTrainer):
         return token_advantages
 
     def _log_rredcot(self, advantages, token_advantages, completion_mask, n_segments, seconds):
-        """Metrics, averaged over processes: how many completions were scored, and how much the
-        per-token advantages spread around the plain one (max/min of a_t / A over a completion)."""
+        """Metrics, averaged over processes: the share of completions scored, segments per scored
+        completion, and how much the per-token advantages spread around the plain one: max, min
+        and standard deviation of the weights a_t / A over a completion's tokens."""
         mask = completion_mask.bool()
         nonzero = (advantages != 0) & mask.any(dim=1)
         ratio = token_advantages / advantages.unsqueeze(1).where(nonzero.unsqueeze(1), 1.0)
         spread_max = ratio.masked_fill(~mask, -torch.inf).amax(dim=1)[nonzero]
         spread_min = ratio.masked_fill(~mask, torch.inf).amin(dim=1)[nonzero]
+        # The weights a_t / A have token-mean 1 by construction; their spread says how much
+        # credit moved inside a completion (0: plain GRPO).
+        n_tok = mask.sum(dim=1).clamp(min=1)
+        centred = (ratio - 1.0).masked_fill(~mask, 0.0)
+        weight_std = ((centred**2).sum(dim=1) / n_tok).sqrt()[nonzero]
         local = torch.tensor(
             [
                 len(n_segments),  # completions scored
@@ -254,16 +196,18 @@ class RredcotGRPOTrainer(GRPOTrainer):
                 float(sum(n_segments)),
                 float(spread_max.sum()),
                 float(spread_min.sum()),
+                float(weight_std.sum()),
                 seconds,
             ],
             device=advantages.device,
         )
         totals = self.accelerator.gather(local).view(-1, local.numel()).sum(dim=0).tolist()
-        scored, nonzero_n, total, segments, smax, smin, secs = totals
+        scored, nonzero_n, total, segments, smax, smin, wstd, secs = totals
         metrics = self._metrics["train"]
         metrics["rredcot/scored_fraction"].append(scored / max(total, 1.0))
         metrics["rredcot/segments_mean"].append(segments / max(scored, 1.0))
         if nonzero_n:
             metrics["rredcot/token_adv_ratio_max"].append(smax / nonzero_n)
             metrics["rredcot/token_adv_ratio_min"].append(smin / nonzero_n)
+            metrics["rredcot/weight_std"].append(wstd / nonzero_n)
         metrics["rredcot/scoring_seconds"].append(secs / self.accelerator.num_processes)
