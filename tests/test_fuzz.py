@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import math
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -459,7 +460,7 @@ def test_segment_cli_never_tracebacks(tiny_model_dir, workdir, data, k, extra):
     p = workdir / "cli.jsonl"
     p.write_bytes(data)
     out = workdir / "cli.parquet"
-    out.unlink(missing_ok=True)
+    shutil.rmtree(out, ignore_errors=True)  # an output is a table folder
     argv = ["segment", p, "--model", tiny_model_dir, "-o", out, "-k", k, "-q"]
     check_cli([*argv, *[a for pair in extra for a in pair]], out)
 
@@ -470,7 +471,7 @@ def test_segment_cli_on_valid_unicode_traces(tiny_model_dir, workdir, objs, crlf
     p = workdir / "valid-cli.jsonl"
     p.write_bytes(("\r\n" if crlf else "\n").join(dumps(o) for o in objs).encode())
     out = workdir / "valid-cli.parquet"
-    out.unlink(missing_ok=True)
+    shutil.rmtree(out, ignore_errors=True)  # an output is a table folder
     code, text = check_cli(["segment", p, "--model", tiny_model_dir, "-o", out, "-k", "3"], out)
     assert code == 0, text
     df = pd.read_parquet(out)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from cotcredit.io import read_table
 from cotcredit.lm import ModelOptions, Scorer, load_scorer
 from cotcredit.pipeline import SEGMENTS, InputOptions, RunSummary, run_analysis
 from cotcredit.segmentation import SegmentOptions
@@ -24,7 +25,7 @@ def _scorer(model: str | Path | Scorer | ModelOptions | None) -> Scorer:
 def _frame(summary: RunSummary, label: str) -> pd.DataFrame:
     path = summary.outputs.get(label)
     if path is not None and path.exists():
-        return pd.read_parquet(path)
+        return read_table(path).to_pandas()
     return pd.DataFrame(summary.rows.get(label, []))
 
 
@@ -79,7 +80,7 @@ def score(
         overwrite=overwrite,
     )
     if output:
-        return pd.read_parquet(output)
+        return read_table(output).to_pandas()
     return pd.DataFrame([r for lab, rs in summary.rows.items() if lab != SEGMENTS for r in rs])
 
 

@@ -1,25 +1,28 @@
 """Joining the outputs of one run's shards (`--shard i/n`) into one table.
 
-Every input must be a cotcredit table of the same run (one `run_id`: same model, segmentation,
-methods and options) and no trace may appear in two inputs; anything else is refused with one
-line naming the files, never mixed. The output keeps the run metadata of the first input plus
-`merged_from` (file, rows, traces, shard of each input) and is written through a temporary
-file and `os.replace`, so it is either the old file or the whole merge.
+Every input (a table folder, or a single file of cotcredit 0.1) must be a cotcredit table of the
+same run (one `run_id`: same model, segmentation, methods and options) and no trace may appear
+in two inputs; anything else is refused with one line naming the files, never mixed. The output
+is a table folder like every output, rows in input order: the run metadata of the first input
+plus `merged_from` (file, rows, traces, shard of each input). It is built under a hidden name, streamed row group
+by row group (memory does not grow with the inputs), and renamed into place, so it is either
+absent (or the old table) or the whole merge.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from cotcredit import io
 from cotcredit.errors import UserError
-from cotcredit.tables import META_KEY
+from cotcredit.tables import META_KEY, part_name, write_merged
 
 
 @dataclass
@@ -31,39 +34,44 @@ class MergeSummary:
     notes: list[str] = field(default_factory=list)
 
 
-def _read(path: Path) -> tuple[pa.Table, dict]:
-    if not path.exists():
-        raise UserError(f"{path}: no such file")
-    if path.is_dir():
-        raise UserError(f"{path}: is a directory, expected a Parquet file")
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise UserError(f"{path}: not a readable Parquet file ({first})") from None
-    raw = (table.schema.metadata or {}).get(META_KEY)
-    try:
-        meta = json.loads(raw) if raw else {}
-    except ValueError:
-        meta = {}
+@dataclass
+class _Input:
+    path: Path
+    files: list[Path]
+    meta: dict
+    schema: pa.Schema
+    rows: int
+    traces: list[str]
+
+
+def _read(path: Path) -> _Input:
+    """An input's files, metadata, schema and trace ids (the rows stay on disk)."""
+    files = io.files_of(path)
+    meta = io.read_metadata(path)
     if not meta.get("run_id"):
         raise UserError(f"{path}: not a cotcredit table (no run metadata); cannot merge it")
-    if "trace_id" not in table.column_names:
+    if not files:
+        raise UserError(f"{path}: holds no data file; cannot merge it")
+    schema = io.open_file(files[0]).schema_arrow
+    if "trace_id" not in schema.names:
         raise UserError(f"{path}: has no trace_id column; cannot merge it")
+    cols = ["trace_id"] + (["run_id"] if "run_id" in schema.names else [])
+    table = io.read_table(path, cols)
     if "run_id" in table.column_names and table.num_rows:
-        ids = set(table.column("run_id").to_pylist())
+        ids = set(table.column("run_id").unique().to_pylist())
         if ids != {meta["run_id"]}:
             raise UserError(
                 f"{path}: rows of another run (run_id {', '.join(sorted(map(str, ids)))}) than "
                 f"its metadata ({meta['run_id']}); cannot merge it"
             )
-    return table, meta
+    traces = table.column("trace_id").unique().to_pylist()
+    return _Input(path, files, meta, schema, table.num_rows, traces)
 
 
 def merge_tables(
     inputs: Sequence[str | Path], output: str | Path, *, overwrite: bool = False
 ) -> MergeSummary:
-    """Concatenate shard tables of one run into `output` (see the module docstring)."""
+    """Concatenate shard tables of one run into the table `output` (see the module docstring)."""
     paths = [Path(p) for p in inputs]
     output = Path(output)
     if not paths:
@@ -74,22 +82,24 @@ def merge_tables(
         if key in seen:
             raise UserError(f"{p}: given twice (also as {seen[key]})")
         seen[key] = p
-    if output.is_dir():
-        raise UserError(f"{output}: is a directory; give a .parquet file path")
+    if output.resolve() in seen:
+        raise UserError(f"{output}: is also an input; write the merge to another path")
     if output.exists() and not overwrite:
         raise UserError(f"{output}: exists; use another output path or --overwrite")
+    if output.is_dir() and not io.is_table_folder(output):
+        raise UserError(f"{output}: is a folder that is not a cotcredit table; give another path")
 
-    tables, metas = [], []
+    read: list[_Input] = []
     owner: dict[str, Path] = {}
     for p in paths:
-        table, meta = _read(p)
-        if metas and meta["run_id"] != metas[0]["run_id"]:
+        inp = _read(p)
+        if read and inp.meta["run_id"] != read[0].meta["run_id"]:
             raise UserError(
-                f"{paths[0]} and {p} hold different runs (run_id {metas[0]['run_id']} vs "
-                f"{meta['run_id']}: model, options or methods differ); merge only shards of one run"
+                f"{paths[0]} and {p} hold different runs (run_id {read[0].meta['run_id']} vs "
+                f"{inp.meta['run_id']}: model, options or methods differ); merge only shards of "
+                "one run"
             )
-        ids = list(dict.fromkeys(table.column("trace_id").to_pylist()))
-        clash = [t for t in ids if t in owner]
+        clash = [t for t in inp.traces if t in owner]
         if clash:
             more = f" and {len(clash) - 3} more" if len(clash) > 3 else ""
             names = ", ".join(f"'{t}'" for t in clash[:3])
@@ -97,15 +107,14 @@ def merge_tables(
                 f"{owner[clash[0]]} and {p} both hold trace {names}{more}; merge only disjoint "
                 "shards (or drop one file)"
             )
-        owner.update((t, p) for t in ids)
-        tables.append(table.replace_schema_metadata(None))
-        metas.append(meta)
+        owner.update((t, p) for t in inp.traces)
+        read.append(inp)
 
     notes = []
-    versions = sorted({str(m.get("cotcredit_version")) for m in metas})
+    versions = sorted({str(i.meta.get("cotcredit_version")) for i in read})
     if len(versions) > 1:
         notes.append(f"inputs were written by cotcredit versions {', '.join(versions)}")
-    shards = [m.get("shard") for m in metas]
+    shards = [i.meta.get("shard") for i in read]
     if all(shards):
         ns = {int(str(s).split("/")[1]) for s in shards}
         have = {int(str(s).split("/")[0]) for s in shards}
@@ -117,26 +126,40 @@ def merge_tables(
                     "are not among the inputs: the merged table is incomplete"
                 )
 
-    merged = pa.concat_tables(tables, promote_options="permissive")
-    meta = dict(metas[0])
+    meta = dict(read[0].meta)
     meta.pop("shard", None)
     meta["merged_from"] = [
         {
-            "file": str(p),
-            "rows": t.num_rows,
-            "traces": len(set(t.column("trace_id").to_pylist())),
-            "shard": m.get("shard"),
-            "created": m.get("created"),
+            "file": str(i.path),
+            "rows": i.rows,
+            "traces": len(i.traces),
+            "shard": i.meta.get("shard"),
+            "created": i.meta.get("created"),
         }
-        for p, t, m in zip(paths, tables, metas)
+        for i in read
     ]
-    merged = merged.replace_schema_metadata({META_KEY: json.dumps(meta, default=str).encode()})
+    try:  # older inputs may hold null-typed columns: take the widest type of each column
+        schema = pa.unify_schemas([i.schema.remove_metadata() for i in read],
+                                  promote_options="permissive")
+    except (pa.ArrowException, ValueError) as e:
+        raise UserError(f"merge: the inputs hold different columns ({e})") from None
+    blob = json.dumps(meta, default=str)
+    schema = schema.with_metadata({META_KEY: blob.encode()})
+
     output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    staging = io.temp_path(output)
     try:
-        pq.write_table(merged, tmp)
-        os.replace(tmp, output)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+        staging.mkdir()
+        # In input order (every shard numbers its traces by their place in the one input).
+        blocks = write_merged(staging / part_name(0), [f for i in read for f in i.files], schema)
+        rows = sum(n for _, n in blocks)
+        (staging / io.META_FILE).write_text(blob)
+        if output.exists():
+            io.remove_table(output)
+        os.rename(staging, output)
+    except BaseException as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise UserError(f"{output}: cannot write ({e.strerror or e})") from None
         raise
-    return MergeSummary(output, paths, merged.num_rows, len(owner), notes)
+    return MergeSummary(output, paths, rows, len(owner), notes)

@@ -2,24 +2,32 @@
 → rows appended per trace to Parquet tables.
 
 `run_analysis` is what `segment`, `redistribute`, `mc-baseline`, `attribute` and `compare` call.
+The traces are read as a stream and each trace's rows go to disk as soon as it is scored, so
+memory does not grow with the number of traces. Under a launcher (torchrun, accelerate launch)
+every process reads the stream, scores the traces whose id hashes to it, writes its own parts
+of the output folders; the main process then compacts them and reports for the whole run.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from cotcredit import __version__
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cotcredit import __version__, distributed, io
 from cotcredit.errors import UserError
 from cotcredit.lm import Scorer
 from cotcredit.methods import TraceContext, get_method
 from cotcredit.segmentation import SegmentOptions, segment_encoded, segmentation_from_rows
-from cotcredit.tables import TableWriter, check_finite, rows_by_trace, run_key
-from cotcredit.traces import FieldNames, Trace, TraceError, read_traces
+from cotcredit.tables import TableWriter, check_finite, rows_by_trace, run_key, table_schema
+from cotcredit.traces import FieldNames, Trace, TraceError, iter_traces
 
 SEGMENTS = "segments"  # the output label of the segmentation itself
 
@@ -36,7 +44,12 @@ class InputOptions:
 
 @dataclass
 class RunSummary:
-    """What a run did: counts, per-trace errors, notes said once, outputs written."""
+    """What a run did: counts, per-trace errors, notes said once, outputs written.
+
+    Under a launcher the main process's summary covers every process; the others have
+    `main=False` and print nothing. `rows` holds rows only for a run without output paths;
+    `read_rows` reads a run's rows back from its outputs.
+    """
 
     outputs: dict[str, Path]
     scored: list[str] = field(default_factory=list)
@@ -44,7 +57,42 @@ class RunSummary:
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    rows: dict[str, list[dict]] = field(default_factory=dict)  # label -> rows of this run
+    rows: dict[str, list[dict]] = field(default_factory=dict)  # label -> rows (no outputs only)
+    paths: dict[str, Path] = field(default_factory=dict)  # row label -> table it was written to
+    main: bool = True
+
+    def read_rows(
+        self, label: str, trace_id: str | None = None, columns: list[str] | None = None
+    ) -> list[dict]:
+        """Rows of `label` scored by this run (of one trace if `trace_id`), in memory or read
+        back from the output table (only `columns`, if given)."""
+        if label in self.rows:
+            rows = self.rows[label]
+            rows = [r for r in rows if trace_id is None or r["trace_id"] == trace_id]
+            return [{c: r.get(c) for c in columns} for r in rows] if columns else rows
+        return self.read_table(label, trace_id, columns).to_pylist()
+
+    def read_table(
+        self, label: str, trace_id: str | None = None, columns: list[str] | None = None
+    ) -> pa.Table:
+        """`read_rows` as an Arrow table (for many rows), read back from the output table."""
+        if label in self.rows:
+            return pa.Table.from_pylist(self.read_rows(label, trace_id, columns))
+        path = self.paths.get(label)
+        if path is None or not path.exists():
+            return pa.table({c: [] for c in columns or []})
+        files = io.files_of(path)
+        names = io.open_file(files[0]).schema_arrow.names if files else []
+        wanted_columns = None
+        if columns:
+            extra = ["trace_id", *(["method"] if "method" in names else [])]
+            wanted_columns = list(dict.fromkeys([*columns, *extra]))
+        table = io.read_table(path, wanted_columns)
+        if "method" in table.column_names and label != SEGMENTS:
+            table = table.filter(pc.equal(table.column("method"), label))
+        wanted = [trace_id] if trace_id is not None else self.scored
+        table = table.filter(pc.is_in(table.column("trace_id"), pa.array(wanted, pa.string())))
+        return table.select(columns) if columns else table
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -67,20 +115,51 @@ def in_shard(trace_id: str, shard: tuple[int, int] | None) -> bool:
     return h % shard[1] == shard[0]
 
 
+def stream_traces(
+    source: str | Path | Sequence[Trace], inputs: InputOptions
+) -> Iterator[Trace | TraceError]:
+    """Traces of a JSONL path (streamed) or a list, in input order; with on_error="skip" the bad
+    lines come as `TraceError`s in their place. The path is checked now, and an empty file is a
+    UserError now (before any output is created). Not yet filtered (see `select`)."""
+    if inputs.max_traces is not None and inputs.max_traces < 0:
+        raise UserError(f"--max-traces must be 0 or more, got {inputs.max_traces}")
+    if not isinstance(source, (str, Path)):
+        return iter(list(source))
+    items = iter_traces(source, inputs.fields, inputs.on_error)
+    first = next(items, None)  # raises for an empty file or a bad first line
+    return itertools.chain([first] if first is not None else [], items)
+
+
+def select(
+    items: Iterator[Trace | TraceError], inputs: InputOptions
+) -> Iterator[tuple[int, Trace | TraceError]]:
+    """(input position, item) of the traces in `--shard`, up to `--max-traces`, and of the bad
+    lines before the stream stops."""
+    limit = inputs.max_traces
+    if limit == 0:
+        return
+    taken = 0
+    for pos, item in enumerate(items):
+        if isinstance(item, Trace):
+            if not in_shard(item.id, inputs.shard):
+                continue
+            taken += 1
+        yield pos, item
+        if limit is not None and taken >= limit:  # stop reading: later lines are not ours
+            return
+
+
 def load_traces(
     source: str | Path | Sequence[Trace], inputs: InputOptions
 ) -> tuple[list[Trace], list[str]]:
-    """Traces from a JSONL path or a list; returns (traces, messages of skipped lines)."""
-    if isinstance(source, (str, Path)):
-        res = read_traces(source, inputs.fields, inputs.on_error)
-        traces, skipped = res.traces, [str(e) for e in res.skipped]
-    else:
-        traces, skipped = list(source), []
-    traces = [t for t in traces if in_shard(t.id, inputs.shard)]
-    if inputs.max_traces is not None and inputs.max_traces < 0:
-        raise UserError(f"--max-traces must be 0 or more, got {inputs.max_traces}")
-    if inputs.max_traces is not None:
-        traces = traces[: inputs.max_traces]
+    """Traces from a JSONL path or a list, in memory; returns (traces, messages of skipped
+    lines). `run_analysis` streams instead."""
+    traces, skipped = [], []
+    for _, item in select(stream_traces(source, inputs), inputs):
+        if isinstance(item, TraceError):
+            skipped.append(str(item))
+        else:
+            traces.append(item)
     return traces, skipped
 
 
@@ -97,8 +176,14 @@ def _key_options(obj: Any) -> Any:
     return plain
 
 
-def _file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+def _table_digest(path: Path) -> str:
+    """Hash of a table's data files (a file, or a folder's files in order), read in chunks."""
+    h = hashlib.sha256()
+    for f in io.files_of(path):
+        with open(f, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    return h.hexdigest()[:16]
 
 
 def segment_columns(ctx: TraceContext, run_id: str) -> list[dict]:
@@ -121,6 +206,14 @@ def segment_columns(ctx: TraceContext, run_id: str) -> list[dict]:
     ]
 
 
+def _line_count(source: str | Path | Sequence[Trace]) -> int:
+    """Non-blank lines of a traces file (the progress bar's total), without parsing them."""
+    if not isinstance(source, (str, Path)):
+        return len(source)
+    with open(source, "rb") as fh:
+        return sum(1 for line in fh if line.strip())
+
+
 def run_analysis(
     traces: str | Path | Sequence[Trace],
     scorer: Scorer,
@@ -133,12 +226,15 @@ def run_analysis(
     overwrite: bool = False,
     progress: bool = False,
     keep_rows: bool = True,
+    timings: bool = False,
 ) -> RunSummary:
     """Segment every trace once and run each method on that segmentation.
 
     `methods` maps a method name to its options (None: defaults). `outputs` maps an output label
     (`"segments"`, a method name, or a row label such as `gradient-ig`) to a Parquet path; rows of
-    labels sharing a path go into one file. Labels without a path are only returned.
+    labels sharing a path go into one table. Without any output path the rows are returned in
+    `summary.rows` (unless `keep_rows=False`). `timings` adds `cost_seconds` (wall seconds per
+    trace and method) to the tables; token counts are always there.
     """
     t_start = time.perf_counter()
     inputs = inputs or InputOptions()
@@ -153,12 +249,14 @@ def run_analysis(
             o.validate()
     stored = rows_by_trace(segments_file) if segments_file else None
     seg_source: Any = (
-        {"file": str(segments_file), "sha256": _file_digest(Path(segments_file))}
+        {"file": str(segments_file), "sha256": _table_digest(Path(segments_file))}
         if segments_file
         else _plain(seg_opts)
     )
-    traces_list, skipped = load_traces(traces, inputs)
-    summary = RunSummary(outputs={k: Path(v) for k, v in (outputs or {}).items()}, errors=skipped)
+    items = stream_traces(traces, inputs)
+    summary = RunSummary(outputs={k: Path(v) for k, v in (outputs or {}).items()})
+    procs = distributed.processes()
+    summary.main = procs.main
 
     # Labels -> output label used for writing; each output path gets one writer.
     labels: dict[str, str] = {SEGMENTS: SEGMENTS}
@@ -169,6 +267,7 @@ def run_analysis(
     for lab, out in labels.items():
         if out in summary.outputs:
             by_path.setdefault(summary.outputs[out], []).append(lab)
+            summary.paths[lab] = summary.outputs[out]
     unknown = set(summary.outputs) - set(labels.values()) - set(labels)
     if unknown:
         raise UserError(f"no method writes output '{', '.join(sorted(unknown))}'")
@@ -193,61 +292,108 @@ def run_analysis(
             "run_id": run_key(key_spec),
             "cotcredit_version": __version__,
             "created": time.time(),
-            # Which slice this file holds (not in the key: `cotcredit merge` joins the shards).
+            # Which slice this table holds (not in the key: `cotcredit merge` joins the shards).
             "shard": f"{inputs.shard[0]}/{inputs.shard[1]}" if inputs.shard else None,
             **spec,
         }
-        writers[path] = TableWriter(path, meta, overwrite=overwrite)
+        schema = table_schema(
+            {n: specs[n].columns for n in specs if n in names} or None, timed=timings
+        )
+        writers[path] = TableWriter(
+            path, meta, overwrite=overwrite, schema=schema, main=procs.main
+        )
+    if procs.count > 1:  # the main process repaired and compacted the tables: now read them
+        procs.wait()
+        if not procs.main:
+            for w in writers.values():
+                w.load_done()
 
-    todo = [
-        t for t in traces_list if not writers or any(t.id not in w.done for w in writers.values())
-    ]
-    summary.resumed = [t.id for t in traces_list if t not in todo]
+    keep = keep_rows and not writers
     needs_segments = stored is None
-    bar = _progress(progress, len(todo))
+    total = _line_count(traces) if progress and procs.main else 0
+    if inputs.max_traces is not None and inputs.shard is None:
+        total = min(total, inputs.max_traces)
+    bar = _progress(progress and procs.main, total)
+    finished = False
     try:
-        for trace in todo:
+        for pos, trace in select(items, inputs):
+            bar.advance()
+            if isinstance(trace, TraceError):
+                if procs.main:  # every process reads the same bad lines
+                    summary.errors.append(str(trace))
+                continue
+            if not procs.takes(trace.id):
+                continue
+            if writers and all(trace.id in w.done for w in writers.values()):
+                summary.resumed.append(trace.id)
+                continue
             try:
                 rows = _score_trace(
-                    trace,
-                    scorer,
-                    specs,
-                    opts,
-                    seg_opts,
-                    stored,
-                    segments_file,
-                    needs_segments,
-                    summary,
+                    trace, scorer, specs, opts, seg_opts, stored, segments_file,
+                    needs_segments, summary, timings,
                 )
             except (UserError, TraceError) as e:
                 if inputs.on_error != "skip":
                     raise
                 summary.errors.append(str(e))
-                bar.advance()
                 continue
             for path, labs in by_path.items():
                 w = writers[path]
                 if trace.id in w.done:
                     continue
-                run_id = w.key
-                out_rows = [{**r, "run_id": run_id} for lab in labs for r in rows.get(lab, [])]
-                w.append(out_rows)
-            if keep_rows:
+                out_rows = [{**r, "run_id": w.key} for lab in labs for r in rows.get(lab, [])]
+                w.append(out_rows, position=pos)
+            if keep:
                 for lab, rs in rows.items():
                     summary.rows.setdefault(lab, []).extend(rs)
             summary.scored.append(trace.id)
-            bar.advance()
+        finished = True
     finally:
         bar.stop()
+        if not finished and procs.count == 1:
+            # Interrupted or failed: still leave one file per table, never hiding the original
+            # error. (Launched, the other processes may be merging their parts: the next run
+            # compacts.)
+            for w in writers.values():
+                try:
+                    w.close()
+                except Exception:  # noqa: BLE001
+                    pass
+    if procs.count > 1:
+        procs.wait()  # every process's parts are written
+        _gather(summary, procs)
+    if procs.main:
         for w in writers.values():
             w.close()
     summary.seconds = time.perf_counter() - t_start
     return summary
 
 
+def _gather(summary: RunSummary, procs: distributed.Processes) -> None:
+    """Give the main process's summary the counts, errors and notes of every process."""
+    mine = {k: getattr(summary, k) for k in ("scored", "resumed", "errors", "notes")}
+    every = procs.gather(mine)
+    if not procs.main:
+        return
+    for key in ("scored", "resumed", "errors"):
+        setattr(summary, key, [x for part in every for x in part[key]])
+    summary.notes = list(dict.fromkeys(n for part in every for n in part["notes"]))
+
+
+def _forward_tokens(scorer: Scorer) -> int:
+    return int(getattr(scorer, "forward_tokens", 0))
+
+
+def _generated_tokens(scorer: Scorer) -> int:
+    gens = getattr(scorer, "__dict__", {}).get("_generators", {})
+    return sum(int(g.stats.tokens) for g in gens.values())
+
+
 def _score_trace(
-    trace, scorer, specs, opts, seg_opts, stored, segments_file, needs_segments, summary: RunSummary
+    trace, scorer, specs, opts, seg_opts, stored, segments_file, needs_segments,
+    summary: RunSummary, timed: bool,
 ) -> dict[str, list[dict]]:
+    t0, f0 = time.perf_counter(), _forward_tokens(scorer)
     reserve = max([spec.reserve(scorer, trace, opts[n]) for n, spec in specs.items()] or [0])
     enc = scorer.encode(trace, reserve=reserve)
     fwd = scorer.forward(enc.ids, keep_cache=bool(specs))
@@ -258,16 +404,26 @@ def _score_trace(
     else:
         seg = segment_encoded(enc, fwd.entropies, seg_opts)
     ctx = TraceContext(scorer, enc, fwd, seg)
+    cost = {"cost_forward_tokens": _forward_tokens(scorer) - f0}
+    if timed:
+        cost["cost_seconds"] = time.perf_counter() - t0
     base = segment_columns(ctx, "")
-    rows: dict[str, list[dict]] = {SEGMENTS: base}
+    rows: dict[str, list[dict]] = {SEGMENTS: [{**b, **cost} for b in base]}
     for name, spec in specs.items():
+        t0, f0, g0 = time.perf_counter(), _forward_tokens(scorer), _generated_tokens(scorer)
         result = spec.run(ctx, opts[name])
+        cost = {
+            "cost_forward_tokens": _forward_tokens(scorer) - f0,
+            "cost_generated_tokens": _generated_tokens(scorer) - g0,
+        }
+        if timed:
+            cost["cost_seconds"] = time.perf_counter() - t0
         for lab, per_seg in result.items():
             if len(per_seg) != len(base):
                 raise RuntimeError(
                     f"method {name} returned {len(per_seg)} rows for {len(base)} segments"
                 )
-            rows[lab] = [{**b, "method": lab, **r} for b, r in zip(base, per_seg)]
+            rows[lab] = [{**b, "method": lab, **r, **cost} for b, r in zip(base, per_seg)]
     for note in ctx.notes:
         if note not in summary.notes:
             summary.notes.append(note)

@@ -1,31 +1,47 @@
-"""Result tables: tidy Parquet written per trace, atomically, and resumable.
+"""Result tables: tidy Parquet written one trace at a time, crash-safe and resumable.
 
-Every output has one row per (trace, segment[, method]) with the segmentation columns first.
-Run metadata (package version, model, options, run key) lives in the Parquet key-value metadata
-under `cotcredit`; `run_id` (a hash of every option that changes results) is also a column.
-A table is rewritten through a temporary file and `os.replace` after each trace, so a killed
-process leaves a readable file holding only whole traces; reopening it with the same run key
-skips the traces already present, and a different run key is refused unless `overwrite=True`.
+Every output is a Parquet dataset folder (`rredcot.parquet/`) that `pd.read_parquet(path)` reads
+as one table (layout in `cotcredit.io`). Each finished trace becomes one part file, written
+under a hidden name and renamed into place, so appending costs the same at trace 100,000 as at
+trace 1 and a process killed at any moment leaves only whole traces. Every `MERGE_EVERY` parts a
+writer merges its own parts into one file (a long run keeps few files); when a run ends (also by
+an error or Ctrl-C in a single process) and when a run resumes, all files are compacted into
+one, rows in input order. A compaction killed midway is finished by the next writer.
+
+A table has a fixed schema, declared up front (segmentation columns, `method`, `score`, the
+columns each method declares in its `MethodSpec.columns`, cost columns), never inferred from a
+trace: a part must read back with the same columns whatever its trace held. Run metadata
+(package version, model, options, run key) is in `_cotcredit.json` and in the Parquet key-value
+metadata (`cotcredit`) of every file; `run_id` (a hash of every option that changes results) is
+also a column. Reopening a table with the same run key skips the traces already present; a
+different run key is refused unless `overwrite=True`.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
-import glob
 import hashlib
+import heapq
 import json
 import math
+import numbers
 import os
-from collections.abc import Iterable
+import re
+import shutil
+import uuid
+import zlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from cotcredit import distributed, io
 from cotcredit.errors import UserError
-
-META_KEY = b"cotcredit"
+from cotcredit.io import META_KEY, read_metadata  # noqa: F401  (re-exported: older imports)
 
 SEGMENT_COLUMNS = [
     ("run_id", pa.string()),
@@ -37,7 +53,22 @@ SEGMENT_COLUMNS = [
     ("token_end", pa.int64()),
     ("n_tokens", pa.int64()),
     ("text", pa.string()),
+    ("boundary_entropy", pa.float64()),
+    ("mean_entropy", pa.float64()),
 ]
+METHOD_COLUMNS = [("method", pa.string()), ("score", pa.float64())]
+# Per trace, repeated on its rows: model tokens (and, in a timed run, wall seconds) of the step
+# that wrote the row (segmentation: encode + forward pass + segmenting; a method: its `run`).
+# Seconds are opt-in: they differ between two runs of the same inputs, every other column not.
+TOKEN_COLUMNS = [("cost_forward_tokens", pa.int64())]
+GENERATED_COLUMN = ("cost_generated_tokens", pa.int64())
+SECONDS_COLUMN = ("cost_seconds", pa.float64())
+
+PART_ROWS = 64 * 1024  # rows per row group of a merged file (also bounded by bytes)
+PART_BYTES = 64 << 20
+MERGE_EVERY = 1000  # a writer merges its own part files every so many (see `TableWriter`)
+BLOCKS_KEY = b"cotcredit.blocks"  # (input position, rows) of each trace of a merged file
+_PART = re.compile(r"^part-(\d+)-")
 
 
 def run_key(spec: dict) -> str:
@@ -46,11 +77,41 @@ def run_key(spec: dict) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def read_metadata(path: Path) -> dict:
-    """The run metadata stored in a cotcredit Parquet file ({} for other files)."""
-    meta = pq.read_schema(path).metadata or {}
-    raw = meta.get(META_KEY)
-    return json.loads(raw) if raw else {}
+def table_schema(
+    methods: Mapping[str, Mapping[str, str]] | None = None, *, timed: bool = False
+) -> pa.Schema:
+    """The fixed schema of a table of segments, or of rows of `methods` (method name -> its
+    declared columns, types as "float64", "int64", "string", "bool"): segmentation columns,
+    then `method`, `score` and each method's columns in order, then the cost columns
+    (`cost_seconds` only if `timed`)."""
+    fields = list(SEGMENT_COLUMNS)
+    if methods:
+        fields += METHOD_COLUMNS
+        seen = {name for name, _ in fields}
+        for name, columns in methods.items():
+            for col, kind in columns.items():
+                try:
+                    typ = pa.type_for_alias(kind)
+                except ValueError:
+                    raise RuntimeError(
+                        f"method {name}: column {col} has unknown type '{kind}'"
+                    ) from None
+                if col not in seen:
+                    fields.append((col, typ))
+                    seen.add(col)
+    fields += TOKEN_COLUMNS
+    if methods:
+        fields.append(GENERATED_COLUMN)
+    if timed:
+        fields.append(SECONDS_COLUMN)
+    return pa.schema(fields)
+
+
+def _every_method_schema() -> pa.Schema:
+    """Schema with the columns of every registered method (for writers given no schema)."""
+    from cotcredit.methods import registry
+
+    return table_schema({name: spec.columns for name, spec in registry().items()})
 
 
 class NonFiniteScore(UserError):
@@ -73,120 +134,505 @@ def check_finite(rows: list[dict], where: str) -> None:
             )
 
 
-_check_finite = check_finite  # old name
+def rows_to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """One trace's rows as a table of exactly `schema` (a missing key is null). A key outside
+    the schema, or a value of the wrong type, is a bug in the method that wrote it."""
+    names = set(schema.names)
+    for r in rows:
+        extra = [k for k in r if k not in names]
+        if extra:
+            raise RuntimeError(
+                f"method {r.get('method', 'segments')} wrote column(s) {', '.join(extra)} that "
+                "its MethodSpec.columns does not declare"
+            )
+    arrays = []
+    for f in schema:
+        values = [r.get(f.name) for r in rows]
+        bad = None
+        if pa.types.is_integer(f.type):  # pyarrow would truncate 2.5 to 2 silently
+            bad = next((v for v in values if v is not None and not (
+                isinstance(v, numbers.Integral) or (isinstance(v, float) and v.is_integer()))), None)
+        try:
+            if bad is not None:
+                raise TypeError(f"{bad!r} is not an integer")
+            arrays.append(pa.array(values, type=f.type))
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            method = rows[0].get("method", "segments")
+            raise RuntimeError(
+                f"method {method}: column {f.name} is declared {f.type} but got a value that is "
+                f"not ({str(e).splitlines()[0][:120]})"
+            ) from None
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+# ---- data files and where their traces stand in the input ----------------------------------
+
+
+def _position(name: str) -> int:
+    m = _PART.match(name)
+    return int(m.group(1)) if m else 0
+
+
+def part_name(position: int) -> str:
+    """Data file name of a trace at input `position`: name order is input order."""
+    return f"part-{position:020d}-{uuid.uuid4().hex[:8]}.parquet"
+
+
+def _encode_blocks(blocks: list[tuple[int, int]]) -> bytes:
+    """(input position, rows) of each trace of a merged file, compactly (deltas, zlib)."""
+    arr = np.asarray(blocks, dtype=np.int64).reshape(-1, 2)
+    arr[1:, 0] = np.diff(arr[:, 0])
+    return base64.b64encode(zlib.compress(arr.tobytes()))
+
+
+def file_blocks(f: Path, meta: pq.FileMetaData) -> list[tuple[int, int]]:
+    """(input position, rows) of each trace in a data file, in file order: a merged file lists
+    them in its metadata, a part file is one trace at the position in its name, any other file
+    (cotcredit 0.1) one block."""
+    raw = (meta.metadata or {}).get(BLOCKS_KEY)  # written last: not in schema_arrow
+    if raw:
+        arr = np.frombuffer(zlib.decompress(base64.b64decode(raw)), np.int64).reshape(-1, 2)
+        arr = arr.copy()
+        arr[:, 0] = np.cumsum(arr[:, 0])
+        return [(int(a), int(b)) for a, b in arr if b]
+    return [(_position(f.name), meta.num_rows)] if meta.num_rows else []
+
+
+class _Cursor:
+    """The rows of one file, handed out in file order, one batch in memory at a time."""
+
+    def __init__(self, path: Path, schema: pa.Schema):
+        self.file = io.open_file(path)
+        self.batches = self.file.iter_batches(batch_size=8192)
+        self.path, self.schema = path, schema
+        self.buf: pa.Table | None = None
+
+    def take(self, n: int) -> list[pa.Table]:
+        out = []
+        while n:
+            if self.buf is None or self.buf.num_rows == 0:
+                self.buf = _conform(pa.Table.from_batches([next(self.batches)]), self.schema,
+                                    self.path)
+            k = min(n, self.buf.num_rows)
+            out.append(self.buf.slice(0, k))
+            self.buf = self.buf.slice(k)
+            n -= k
+        return out
+
+
+def write_merged(path: Path, files: list[Path], schema: pa.Schema) -> list[tuple[int, int]]:
+    """Merge the rows of `files` into one Parquet file of `schema`, trace by trace in input
+    order (by the positions `file_blocks` gives; ties in name order), and record those positions
+    in its metadata. Streams: memory holds one batch per file whose traces interleave with
+    others' at this point (one per process), and one output row group. Returns the blocks."""
+    streams = [[(pos, i, n) for pos, n in file_blocks(f, _footer(f))] for i, f in enumerate(files)]
+    left = [len(st) for st in streams]
+    cursors: dict[int, _Cursor] = {}
+    blocks: list[tuple[int, int]] = []
+    buffer: list[pa.Table] = []
+    rows = size = 0
+    with pq.ParquetWriter(path, schema) as writer:
+        for pos, i, n in heapq.merge(*streams):
+            if i not in cursors:  # opened when its first trace is due: few files open at once
+                cursors[i] = _Cursor(files[i], schema)
+            for t in cursors[i].take(n):
+                buffer.append(t)
+                rows += t.num_rows
+                size += t.nbytes
+            blocks.append((pos, n))
+            left[i] -= 1
+            if not left[i]:  # done with this file: close it, free its batch
+                cursors.pop(i).file.close()
+            if rows >= PART_ROWS or size >= PART_BYTES:
+                writer.write_table(pa.concat_tables(buffer))
+                buffer, rows, size = [], 0, 0
+        if buffer or not blocks:
+            writer.write_table(pa.concat_tables(buffer) if buffer else schema.empty_table())
+        writer.add_key_value_metadata({BLOCKS_KEY: _encode_blocks(blocks)})
+    return blocks
+
+
+def _footer(path: Path) -> pq.FileMetaData:
+    try:
+        return pq.read_metadata(path)
+    except (pa.ArrowException, OSError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise UserError(f"{path}: not a readable Parquet file ({first})") from None
+
+
+def _write_file(table: pa.Table, path: Path) -> None:
+    """Write `table` to `path` via a hidden temporary and a rename."""
+    tmp = io.temp_path(path)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException as e:  # interrupted or failed: nothing half-written stays visible
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(e, OSError):  # disk full, permissions, ...
+            raise UserError(f"{path.parent}: cannot write ({e.strerror or e})") from None
+        raise
+
+
+def _after_step(step: str) -> None:
+    """Called between the steps of a compaction ("journal", "renamed"); tests replace it to
+    kill a process at that point."""
+
+
+def compact(
+    folder: str | Path,
+    metadata: dict | None = None,
+    schema: pa.Schema | None = None,
+    *,
+    files: list[Path] | None = None,
+    everyone: bool = True,
+) -> int:
+    """Merge data files of `folder` into one (all of them, or `files`); returns its rows.
+
+    Rows come out in input order (see `write_merged`). `schema` (default: the first file's) is
+    the merged file's; a lone file is rewritten only if its schema differs. Crash-safe: the
+    merged file is written hidden, a journal names it and its sources, then it is renamed into
+    place, the sources deleted, the journal dropped. Killed anywhere, the folder holds every row
+    once as read by `cotcredit.io`, and once on disk after `io.finish_compaction`. Files that
+    appear meanwhile (other processes' parts) are kept. `everyone`: no other process writes
+    now, so every stale journal can be dropped.
+    """
+    folder = Path(folder)
+    io.finish_compaction(folder, everyone=everyone)
+    if files is None:
+        files = io.data_files(folder)
+    if not files:
+        return 0
+    first = io.open_file(files[0])
+    same = schema is None or first.schema_arrow.equals(schema, check_metadata=False)
+    if len(files) == 1 and same:
+        return first.metadata.num_rows
+    schema = (first.schema_arrow if schema is None else schema).remove_metadata()
+    old = (first.schema_arrow.metadata or {}).get(META_KEY)
+    meta = json.dumps(metadata, default=str).encode() if metadata is not None else old
+    schema = schema.with_metadata({META_KEY: meta} if meta else None)
+    tmp = io.temp_path(folder / "merged")
+    journal = io.journal_path(folder)
+    target = ""
+    try:
+        blocks = write_merged(tmp, files, schema)
+        target = part_name(min((pos for pos, _ in blocks), default=0))
+        io.write_atomic(journal, io.journal_record(target, [f.name for f in files]))
+        _after_step("journal")
+        os.replace(tmp, folder / target)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if not target or not (folder / target).exists():
+            with contextlib.suppress(OSError):
+                journal.unlink()
+        if isinstance(e, OSError):
+            raise UserError(f"{folder}: cannot write ({e.strerror or e})") from None
+        raise
+    _after_step("renamed")
+    for f in files:  # another process finishing this journal may delete them too
+        with contextlib.suppress(FileNotFoundError):
+            f.unlink()
+    with contextlib.suppress(FileNotFoundError):
+        journal.unlink()
+    return sum(n for _, n in blocks)
+
+
+def _conform(table: pa.Table, schema: pa.Schema, source: Path) -> pa.Table:
+    """`table` with exactly the columns of `schema` (missing ones null)."""
+    if table.schema.equals(schema, check_metadata=False):
+        return table.replace_schema_metadata(schema.metadata)
+    extra = [n for n in table.column_names if n not in schema.names]
+    if extra:
+        raise UserError(
+            f"{source}: has column(s) {', '.join(extra)} that the table's first file lacks; "
+            "it does not belong to this table"
+        )
+    cols = [
+        table.column(f.name) if f.name in table.column_names else pa.nulls(len(table), f.type)
+        for f in schema
+    ]
+    try:
+        return pa.Table.from_arrays(cols, names=schema.names).cast(schema)
+    except (pa.ArrowException, ValueError) as e:
+        raise UserError(f"{source}: columns of other types than the table's ({e})") from None
+
+
+def _has_rows(path: Path) -> bool:
+    return any(_footer(f).num_rows for f in io.files_of(path))
 
 
 class TableWriter:
-    """Appends rows per trace to one Parquet file, atomically, resuming a compatible run."""
+    """Appends one trace at a time to a table folder, resuming a compatible run.
 
-    def __init__(self, path: str | Path, metadata: dict, *, overwrite: bool = False):
+    `schema`: the table's fixed schema (default: the columns of every registered method). A
+    table that already holds columns the schema lacks (written by another version, or with
+    timings) keeps them: its schema becomes the union, and new rows hold null there.
+    Every `MERGE_EVERY` parts the writer merges its own parts into one file, so a long run
+    keeps a bounded number of files (others' parts are left to them).
+    `main=False` (the other processes of a launched run; None: decided from the launcher) only
+    checks the run key; the caller opens the main process's writer first (it repairs,
+    converts, compacts), waits for it, then calls `load_done()` everywhere else. `close()`
+    compacts (main process only).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        metadata: dict,
+        *,
+        overwrite: bool = False,
+        schema: pa.Schema | None = None,
+        main: bool | None = None,
+    ):
+        auto = main is None
+        if auto:  # under a launcher only the main process repairs and compacts
+            main = distributed.processes().main
         self.path = Path(path)
         self.metadata = metadata
         self.key = metadata["run_id"]
-        self._batches: list[pa.Table] = []
+        self.main = main
+        self.declared = schema
+        self.schema = schema if schema is not None else _every_method_schema()
+        self._kv = {META_KEY: json.dumps(metadata, default=str).encode()}
+        self._batches: list[pa.Table] = []  # rows waiting for `_flush` (subclasses)
+        self._next: int | None = None
+        self._parts: list[Path] = []  # this writer's part files not merged yet
         self.done: set[str] = set()
-        if self.path.is_dir():
-            raise UserError(f"{self.path}: is a directory; give a .parquet file path")
-        if self.path.exists() and not overwrite:
-            try:
-                old_meta = read_metadata(self.path)
-                old = pq.read_table(self.path)
-            except (pa.ArrowInvalid, OSError) as e:
-                raise UserError(
-                    f"{self.path}: exists but is not a readable Parquet file ({e}); "
-                    "use --overwrite to replace it"
-                ) from None
-            # An empty table (a run that failed before its first trace) holds nothing to mix.
-            if old_meta.get("run_id") != self.key and old.num_rows:
-                raise UserError(
-                    f"{self.path}: holds results of a different run (options, model or method "
-                    f"differ: run_id {old_meta.get('run_id')} vs {self.key}); use another output "
-                    "path or --overwrite"
-                )
-            if old.num_rows:
-                self._batches.append(old)
-                self.done = set(old.column("trace_id").to_pylist())
+        if not overwrite:
+            self._check_run()
+        if main:
+            self._prepare(overwrite)
+        if main or auto:  # (explicitly not main: the caller reads once the main one is done)
+            self.load_done()
+
+    # ---- opening ------------------------------------------------------------------------------
+
+    def _check_run(self) -> None:
+        """Refuse a table of another run (read only: every process of a launch runs it)."""
+        staged = self._staging()
+        path = staged if staged.exists() and not self.path.exists() else self.path
+        if not path.exists():
+            return
+        if path.is_dir() and not io.is_table_folder(path):
+            raise UserError(
+                f"{path}: is a folder that is not a cotcredit table; give another output path"
+            )
+        try:
+            old = read_metadata(path)
+            has_rows = _has_rows(path)
+        except UserError as e:
+            raise UserError(f"{e}; use --overwrite to replace it") from None
+        # An empty table (a run that failed before its first trace) holds nothing to mix.
+        if old.get("run_id") != self.key and has_rows:
+            raise UserError(
+                f"{self.path}: holds results of a different run (options, model or method "
+                f"differ: run_id {old.get('run_id')} vs {self.key}); use another output path "
+                "or --overwrite"
+            )
+
+    def _staging(self) -> Path:
+        """Where a single-file table is turned into a folder (see `_convert_single_file`)."""
+        return self.path.with_name(f".{self.path.name}.legacy.tmp")
+
+    def _prepare(self, overwrite: bool) -> None:
+        """Main process: make `path` a table folder of this run, ready to append to."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UserError(f"{self.path}: cannot create its folder ({e.strerror or e})") from None
-        _remove_stale_temps(self.path)
-
-    def append(self, rows: list[dict]) -> None:
-        """Add one trace's rows and rewrite the file atomically."""
-        if not rows:
+        io.remove_stale_temps(self.path.parent, self.path.name)
+        staged = self._staging()
+        if staged.exists():  # a conversion was killed: finish it, or drop it and redo it
+            if self.path.exists():
+                shutil.rmtree(staged, ignore_errors=True)
+            else:
+                os.rename(staged, self.path)
+        if self.path.is_dir() and not io.is_table_folder(self.path):
+            raise UserError(
+                f"{self.path}: is a folder that is not a cotcredit table; give another output path"
+            )
+        if self.path.exists() and (overwrite or not _has_rows(self.path)):
+            io.remove_table(self.path)
+        if self.path.is_file():
+            self._convert_single_file()
+        if not self.path.exists():
+            if self.declared is not None:  # readable (and empty) from the start
+                self._create(self.schema.empty_table(), part_name(0))
             return
-        check_finite(rows, str(self.path))
-        # Union of the rows' keys: from_pylist alone takes the columns of the first row only, and
-        # the methods sharing one file each add their own columns.
-        names = list(dict.fromkeys(k for r in rows for k in r))
-        table = pa.Table.from_pylist([{k: r.get(k) for k in names} for r in rows])
-        # No cast to the first trace's schema: a column that was all None there (e.g. v_hat of a
-        # trace without solution) is typed null; concat_tables promotes it permissively.
-        self._batches.append(table)
-        self.done.update(r["trace_id"] for r in rows)
-        self._flush()
+        io.remove_stale_temps(self.path)
+        io.write_atomic(self.path / io.META_FILE, json.dumps(self.metadata, default=str, indent=1))
+        files = io.data_files(self.path)
+        if files:
+            target = self._union(io.open_file(files[0]).schema_arrow)
+            # Resuming: one file to read the done ids from, and of the schema new parts have.
+            compact(self.path, self.metadata, target)
 
-    def _flush(self) -> None:
-        table = pa.concat_tables(self._batches, promote_options="permissive")
-        self._batches = [table]
-        meta = dict(table.schema.metadata or {})
-        meta[META_KEY] = json.dumps(self.metadata, default=str).encode()
-        table = table.replace_schema_metadata(meta)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+    def _create(self, table: pa.Table, name: str) -> None:
+        """Create the folder with its metadata and a first file at once (built under a hidden
+        name, then renamed): a reader never finds it empty."""
+        staging = io.temp_path(self.path)
         try:
-            pq.write_table(table, tmp)
-            os.replace(tmp, self.path)
-        except BaseException as e:  # interrupted or failed: the old file stays, the temp goes
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
-            if isinstance(e, OSError):  # disk full, permissions, ...
+            staging.mkdir()
+            io.write_atomic(staging / io.META_FILE, json.dumps(self.metadata, default=str))
+            pq.write_table(table.replace_schema_metadata(self._kv), staging / name)
+            try:
+                os.rename(staging, self.path)
+            except OSError:
+                if not self.path.is_dir():
+                    raise
+                # Another process of the launch created it first: add our file to it.
+                os.replace(staging / name, self.path / name)
+                shutil.rmtree(staging, ignore_errors=True)
+        except BaseException as e:
+            shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(e, OSError):
                 raise UserError(f"{self.path}: cannot write ({e.strerror or e})") from None
             raise
 
-    def close(self) -> None:
-        """Write an empty table if nothing was written (so the output always exists)."""
+    def _union(self, existing: pa.Schema) -> pa.Schema:
+        """The declared schema plus the columns only `existing` has (none declared: existing)."""
+        if self.declared is None:
+            return existing.remove_metadata()
+        have = set(self.declared.names)
+        return pa.schema(list(self.declared) + [f for f in existing if f.name not in have])
+
+    def _convert_single_file(self) -> None:
+        """A table written by cotcredit 0.1 (one Parquet file) becomes the first part of the
+        folder. Built in a hidden folder, then swapped in; a crash in between is finished by
+        the next open (see `_prepare`)."""
+        old = io.read_table(self.path)
+        staging = self._staging()
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        table = _conform(old, self._union(old.schema), self.path)
+        pq.write_table(table.replace_schema_metadata(self._kv), staging / part_name(0))
+        os.replace(self.path, staging / ".original.parquet")
+        os.rename(staging, self.path)
+        (self.path / ".original.parquet").unlink()
+
+    def load_done(self) -> None:
+        """Read the schema and the ids of the traces the table already holds (after the main
+        process opened it)."""
+        if not self.path.is_dir():
+            return
+        for attempt in range(5):  # a file may vanish under us while the main process compacts
+            try:
+                files = io.data_files(self.path)
+                if files:
+                    self.schema = io.open_file(files[0]).schema_arrow.remove_metadata()
+                ids = io.read_table(self.path, ["trace_id"]).column(0)
+                break
+            except UserError:
+                if attempt == 4:
+                    raise
+        self.done = set(ids.unique().to_pylist()) if len(ids) else set()
+
+    # ---- appending ----------------------------------------------------------------------------
+
+    def append(self, rows: list[dict], position: int | None = None) -> None:
+        """Write one trace's rows as one part file (atomically); `position` (the trace's place
+        in the input) orders the rows of the compacted table."""
+        if not rows:
+            return
+        check_finite(rows, str(self.path))
+        self._batches.append(rows_to_table(rows, self.schema))
+        self.done.update(r["trace_id"] for r in rows)
+        self._flush(position)
+
+    def _flush(self, position: int | None = None) -> None:
+        """Write the pending batches as one part file."""
+        if not self._batches:
+            return
+        table = pa.concat_tables(self._batches)
+        self._batches = []
+        if position is None:
+            if self._next is None:
+                files = io.data_files(self.path) if self.path.is_dir() else []
+                self._next = max((_position(f.name) for f in files), default=-1) + 1
+            position = self._next
+        if self._next is not None:
+            self._next = max(self._next, position + 1)
+        name = part_name(position)
         if not self.path.exists():
-            schema = pa.schema(SEGMENT_COLUMNS)
-            self._batches = [schema.empty_table()]
-            self._flush()
+            self._create(table, name)
+        else:
+            _write_file(table.replace_schema_metadata(self._kv), self.path / name)
+        self._parts.append(self.path / name)
+        if len(self._parts) >= MERGE_EVERY:
+            self.merge_parts()
+
+    def merge_parts(self) -> None:
+        """Merge this writer's own parts into one file (a bounded file count in long runs)."""
+        if len(self._parts) > 1:
+            compact(self.path, self.metadata, files=self._parts, everyone=False)
+        self._parts = []
+
+    def close(self) -> None:
+        """Compact the table into one file (main process; the others' parts wait for it). An
+        empty table still gets a file: the output always exists."""
+        self._parts = []
+        if not self.main:
+            return
+        if not self.path.exists():
+            self._create(self.schema.empty_table(), part_name(0))
+        compact(self.path, self.metadata)
 
 
-def _remove_stale_temps(path: Path) -> None:
-    """Delete temp files of `path` left by killed writers (their process no longer exists)."""
-    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        pid = tmp.name[len(path.name) + 2 : -4]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            tmp.unlink(missing_ok=True)
-        except OSError:  # exists but not ours (PermissionError): leave it
-            pass
+# ---- reading a segmentation back -------------------------------------------------------------
 
 
-def rows_by_trace(path: str | Path) -> dict[str, list[dict]]:
+SEGMENTATION_KEYS = [
+    "trace_id", "segment", "char_start", "char_end", "token_start", "token_end",
+    "boundary_entropy", "mean_entropy",
+]
+
+
+class StoredSegments(Mapping):
+    """A segmentation table (any per-segment table) as trace id -> rows, loaded column-wise
+    (no text) so a large table costs a few numbers per segment, not Python objects."""
+
+    def __init__(self, path: str | Path):
+        path = Path(path)
+        schema_names = _schema_names(path)
+        missing = [n for n, _ in SEGMENT_COLUMNS[1:9] if n not in schema_names]
+        if missing:
+            raise UserError(
+                f"{path}: not a segmentation table (missing columns {', '.join(missing)})"
+            )
+        cols = [c for c in SEGMENTATION_KEYS if c in schema_names]
+        has_method = "method" in schema_names
+        table = io.read_table(path, cols + (["method"] if has_method else []))
+        if has_method and table.num_rows:
+            # All methods of one file share a segmentation: keep the first method's rows.
+            first = table.column("method")[0].as_py()
+            table = table.filter(pc.equal(table.column("method"), first)).drop_columns("method")
+        table = table.sort_by([("trace_id", "ascending")])
+        self._table = table
+        ids = table.column("trace_id").to_pylist()
+        self._slices: dict[str, tuple[int, int]] = {}
+        start = 0
+        for i in range(1, len(ids) + 1):
+            if i == len(ids) or ids[i] != ids[start]:
+                self._slices[str(ids[start])] = (start, i - start)
+                start = i
+
+    def __getitem__(self, trace_id: str) -> list[dict]:
+        start, n = self._slices[trace_id]
+        return self._table.slice(start, n).to_pylist()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._slices)
+
+    def __len__(self) -> int:
+        return len(self._slices)
+
+
+def _schema_names(path: Path) -> list[str]:
+    files = io.files_of(path)
+    return io.open_file(files[0]).schema_arrow.names if files else []
+
+
+def rows_by_trace(path: str | Path) -> StoredSegments:
     """Read a segmentation (or any per-segment table) grouped by trace id."""
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"{path}: no such file")
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise UserError(f"{path}: not a readable Parquet file ({e})") from None
-    missing = [n for n, _ in SEGMENT_COLUMNS[1:] if n not in table.column_names]
-    if missing:
-        raise UserError(f"{path}: not a segmentation table (missing columns {', '.join(missing)})")
-    if "method" in table.column_names and table.num_rows:
-        # All methods of one file share a segmentation: keep the first method's rows.
-        first = table.column("method")[0].as_py()
-        table = table.filter(pa.compute.equal(table.column("method"), first))
-    out: dict[str, list[dict]] = {}
-    for r in table.to_pylist():
-        out.setdefault(str(r["trace_id"]), []).append(r)
-    return out
-
-
-def concat_rows(groups: Iterable[list[dict]]) -> list[dict]:
-    return [r for g in groups for r in g]
+    return StoredSegments(path)

@@ -3,6 +3,7 @@
 A trace line holds a prompt, the model's response, the reference answer and optionally a
 reference solution and an outcome. Every user mistake in a file becomes a `TraceError` naming
 file, line and field; `read_traces(..., on_error="skip")` collects them instead of stopping.
+`iter_traces` reads the same way as a stream, one line at a time, for files of any size.
 """
 
 from __future__ import annotations
@@ -272,23 +273,28 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str | None, str | None]]:
                 yield n, s, None
 
 
-def read_traces(
+def iter_traces(
     path: str | Path,
     names: FieldNames = FieldNames(),
     on_error: str = "raise",
-    max_traces: int | None = None,
-) -> ReadResult:
-    """Read a JSONL file of traces.
+) -> Iterator[Trace | TraceError]:
+    """Stream a JSONL file of traces, one line at a time.
 
-    on_error="raise" stops at the first bad line with a `TraceError`; "skip" collects the errors
-    and keeps going. Duplicate ids are an error (results are keyed by trace id).
+    Yields each good `Trace`; a bad line raises its `TraceError` (on_error="raise") or is
+    yielded as one (on_error="skip"), so a caller keeps the file's order and reads no line
+    twice. Duplicate ids are an error (results are keyed by trace id). The path is checked when
+    this is called; an empty file (no line at all) is a UserError when the stream ends.
     """
     path = check_jsonl_file(path)
+    return _iter_traces(path, names, on_error)
+
+
+def _iter_traces(path: Path, names: FieldNames, on_error: str) -> Iterator[Trace | TraceError]:
     src = str(path)
-    traces: list[Trace] = []
-    skipped: list[TraceError] = []
     seen: dict[str, int] = {}
+    any_line = False
     for n, line, err in iter_lines(path):
+        any_line = True
         try:
             if err:
                 raise TraceError(src, n, err)
@@ -301,11 +307,31 @@ def read_traces(
         except TraceError as e:
             if on_error != "skip":
                 raise
-            skipped.append(e)
+            yield e
             continue
-        traces.append(trace)
+        yield trace
+    if not any_line:
+        raise UserError(f"{src}: no traces (the file is empty)")
+
+
+def read_traces(
+    path: str | Path,
+    names: FieldNames = FieldNames(),
+    on_error: str = "raise",
+    max_traces: int | None = None,
+) -> ReadResult:
+    """Read a JSONL file of traces into memory (`iter_traces` streams it).
+
+    on_error="raise" stops at the first bad line with a `TraceError`; "skip" collects the errors
+    and keeps going. Duplicate ids are an error (results are keyed by trace id).
+    """
+    traces: list[Trace] = []
+    skipped: list[TraceError] = []
+    for item in iter_traces(path, names, on_error):
+        if isinstance(item, TraceError):
+            skipped.append(item)
+            continue
+        traces.append(item)
         if max_traces is not None and len(traces) >= max_traces:
             break
-    if not traces and not skipped:
-        raise UserError(f"{src}: no traces (the file is empty)")
     return ReadResult(traces, skipped)

@@ -1,0 +1,158 @@
+"""Result tables at scale: is appending a trace as cheap at trace 100,000 as at trace 1?
+
+Writes synthetic RREDCoT rows of realistic width (16 segments per trace, each with 150-400
+characters of text and every column the method declares) through the real `TableWriter`, one
+part file per trace, exactly as `cotcredit redistribute` does, then compacts the table. Prints:
+
+- the mean time of one append over the first and the last 1,000 traces, and their ratio
+  (goal: at most 1.5: appending does not depend on what the table already holds);
+- the total write time, the number of files and bytes on disk before compaction;
+- the time to read the trace ids of the uncompacted folder (what a reader or a resumed run pays
+  without compaction) and the compaction time;
+- peak memory (max RSS) after writing and compacting, and at the end;
+- the time of `compare --scores` on 3 methods over those traces: `load_scores` (read the three
+  tables and check their segmentations agree) and `correlate` (per-trace correlations, bootstrap
+  CIs, pooled). The second and third tables (loo, mc) are built from the first with pyarrow in
+  one go (same segmentation, other scores): their writing is not what is measured.
+
+    python benchmarks/bench_tables.py                  # 100,000 traces (a few minutes)
+    python benchmarks/bench_tables.py --traces 5000    # quick
+    python benchmarks/bench_tables.py --traces 10000 --merge-every 0   # one file per trace
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cotcredit import io, tables
+from cotcredit.methods import get_method
+from cotcredit.tables import META_KEY, TableWriter, part_name, table_schema
+
+WORDS = ("so the total is wait check again then add carry multiply each row of table value "
+         "apples oranges cost dollars first next therefore hmm actually answer").split()
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def trace_rows(i: int, k: int, rng: random.Random) -> list[dict]:
+    """One trace's rows: what `redistribute` writes (every rredcot column filled)."""
+    rows, start = [], 0
+    for s in range(k):
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(30, 70)))[:400]
+        n = len(text) // 4
+        g0, g1 = rng.random(), rng.random()
+        rows.append({
+            "run_id": "bench", "trace_id": f"trace-{i:06d}", "segment": s,
+            "char_start": start, "char_end": start + len(text),
+            "token_start": start // 4, "token_end": start // 4 + n, "n_tokens": n, "text": text,
+            "boundary_entropy": rng.random() * 3, "mean_entropy": rng.random() * 3,
+            "method": "rredcot", "score": g1 - g0,
+            "r_hat": -rng.random() * 5, "v_hat": -rng.random() * 20,
+            "r_hat_before": -rng.random() * 5, "v_hat_before": -rng.random() * 20,
+            "g_before": g0, "g_after": g1, "correction": 0.0, "outcome": 1.0,
+            "sum_to": "return", "cost_forward_tokens": 600 + s, "cost_generated_tokens": 0,
+        })
+        start += len(text)
+    return rows
+
+
+def other_method(table: pa.Table, name: str, seed: int, folder: Path) -> None:
+    """`table` as another method's scores (same segmentation), one file in a table folder."""
+    rng = np.random.default_rng(seed)
+    keep = ["run_id", "trace_id", "segment", "char_start", "char_end", "token_start",
+            "token_end", "n_tokens", "text"]
+    out = table.select(keep)
+    out = out.append_column("method", pa.array([name] * len(out), pa.string()))
+    noise = rng.normal(0, 0.3, len(out))
+    score = np.asarray(table.column("score").to_numpy()) + noise
+    out = out.append_column("score", pa.array(score, pa.float64()))
+    folder.mkdir()
+    out = out.replace_schema_metadata({META_KEY: b'{"run_id": "bench-%s"}' % name.encode()})
+    pq.write_table(out, folder / part_name(0))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--traces", type=int, default=100_000)
+    ap.add_argument("--segments", type=int, default=16)
+    ap.add_argument("--bootstrap", type=int, default=2000, help="compare's --bootstrap")
+    ap.add_argument("--merge-every", type=int, default=tables.MERGE_EVERY,
+                    help="a writer merges its own parts every N traces (0: never, parts only)")
+    ap.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp one)")
+    args = ap.parse_args()
+    tables.MERGE_EVERY = args.merge_every or 10**12
+    work = Path(tempfile.mkdtemp(prefix="bench-tables-", dir=args.dir))
+    window = 1000 if args.traces >= 2000 else max(1, args.traces // 2)
+    try:
+        out = work / "rredcot.parquet"
+        schema = table_schema({"rredcot": get_method("rredcot").columns})
+        rng = random.Random(0)
+        print(f"peak RSS before writing (imports): {peak_mb():.0f} MB")
+        w = TableWriter(out, {"run_id": "bench", "bench": True}, schema=schema)
+        times = np.empty(args.traces)
+        t0 = time.perf_counter()
+        for i in range(args.traces):
+            rows = trace_rows(i, args.segments, rng)
+            t = time.perf_counter()
+            w.append(rows, position=i)
+            times[i] = time.perf_counter() - t
+        total = time.perf_counter() - t0
+        first, last = times[:window].mean(), times[-window:].mean()
+        files = io.data_files(out)
+        size = sum(f.stat().st_size for f in files)
+        print(f"traces {args.traces:,} x {args.segments} segments "
+              f"({args.traces * args.segments:,} rows)")
+        print(f"append: first {window:,} traces {first * 1e3:.2f} ms/trace, last {window:,} "
+              f"{last * 1e3:.2f} ms/trace, ratio {last / first:.2f} (goal <= 1.5)")
+        print(f"write total {total:.1f} s (appends {times.sum():.1f} s, the rest is making "
+              f"rows); {len(files):,} files, {size / 1e6:.0f} MB before compaction; "
+              f"peak RSS {peak_mb():.0f} MB")
+
+        t = time.perf_counter()
+        ids = io.read_table(out, ["trace_id"]).column(0)
+        print(f"read trace ids of the uncompacted folder: {time.perf_counter() - t:.1f} s "
+              f"({len(ids):,} rows)")
+        t = time.perf_counter()
+        w.close()
+        files = io.data_files(out)
+        size = sum(f.stat().st_size for f in files)
+        print(f"compaction: {time.perf_counter() - t:.1f} s -> {len(files)} file, "
+              f"{size / 1e6:.0f} MB; peak RSS {peak_mb():.0f} MB")
+        t = time.perf_counter()
+        TableWriter(out, {"run_id": "bench", "bench": True}, schema=schema)
+        print(f"reopen to resume (read {args.traces:,} done ids): "
+              f"{time.perf_counter() - t:.2f} s")
+
+        table = io.read_table(out)
+        other_method(table, "loo", 1, work / "loo.parquet")
+        other_method(table, "mc", 2, work / "mc.parquet")
+        del table
+        from cotcredit.report import correlate, load_scores
+
+        paths = [out, work / "loo.parquet", work / "mc.parquet"]
+        t = time.perf_counter()
+        scores = load_scores(paths)
+        t_load = time.perf_counter() - t
+        t = time.perf_counter()
+        correlate(scores, n_boot=args.bootstrap, reference="mc")
+        t_corr = time.perf_counter() - t
+        print(f"compare --scores on 3 methods: load_scores {t_load:.1f} s, correlate "
+              f"(bootstrap {args.bootstrap}) {t_corr:.1f} s; peak RSS {peak_mb():.0f} MB")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

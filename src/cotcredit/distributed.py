@@ -1,0 +1,89 @@
+"""The processes of a launched run: `torchrun` or `accelerate launch` start one per device.
+
+Under a launcher (WORLD_SIZE > 1 in the environment) accelerate's `PartialState` sets up
+torch.distributed from that environment (gloo on CPU, nccl on GPU) and says which process this
+is and which device is its own. An analysis then splits the traces by a hash of their id, each
+process writes its own parts of the output folders, and the main process compacts them and
+reports once. Without a launcher everything here is a no-op for one process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+# Processes wait for the slowest one at the end of a run; with thousands of traces per process
+# that can be far longer than torch's default 10-minute collective timeout.
+WAIT_LIMIT = timedelta(hours=24)
+
+
+def launched() -> bool:
+    """True when a launcher started several processes (torchrun, accelerate launch)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
+
+
+@dataclass
+class Processes:
+    """This process's place in the run: index, count, and the collective operations."""
+
+    index: int = 0
+    count: int = 1
+    state: Any = None  # accelerate.PartialState when launched
+
+    @property
+    def main(self) -> bool:
+        return self.index == 0
+
+    def takes(self, trace_id: str) -> bool:
+        """Whether this process scores `trace_id`: by a hash of the id alone, so a relaunch
+        with another number of processes still gives every trace to exactly one process. Bits
+        other than `--shard`'s, so the two splits are independent."""
+        if self.count == 1:
+            return True
+        h = int(hashlib.sha1(trace_id.encode()).hexdigest()[8:16], 16)
+        return h % self.count == self.index
+
+    def wait(self) -> None:
+        """Barrier: return when every process got here."""
+        if self.count > 1:
+            self.state.wait_for_everyone()
+
+    def gather(self, obj: Any) -> list[Any]:
+        """`obj` of every process, in process order (on every process)."""
+        if self.count == 1:
+            return [obj]
+        from accelerate.utils import gather_object
+
+        return gather_object([obj])
+
+
+def processes() -> Processes:
+    """The processes of this run (one, unless launched)."""
+    if not launched():
+        return Processes()
+    from accelerate import PartialState
+
+    state = PartialState(cpu=_cpu_only(), timeout=WAIT_LIMIT)
+    return Processes(state.process_index, state.num_processes, state)
+
+
+def _cpu_only() -> bool:
+    """No GPU-like device (or `accelerate launch --cpu`): PartialState must be told, else it
+    sets up no process group at all on a CPU machine."""
+    import torch
+
+    if os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes"):
+        return True
+    xpu = getattr(torch, "xpu", None)
+    return not (torch.cuda.is_available() or (xpu is not None and xpu.is_available()))
+
+
+def device() -> Any:
+    """This process's device under a launcher (cuda:<local rank>, or cpu)."""
+    return processes().state.device
