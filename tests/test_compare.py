@@ -1,12 +1,22 @@
-"""compare: one segmentation for all methods, report files, options pass-through, export."""
+"""compare: one segmentation for all methods, report files, options pass-through, export, and
+finding the per-method commands' score tables in a folder."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from conftest import run_cli
+from score_tables import random_scores, write_table
 
-from cotcredit.compare import method_options
+from cotcredit.compare import (
+    ScoreTablesNotFound,
+    compare,
+    compare_folder,
+    compare_scores,
+    find_score_tables,
+    method_options,
+)
 from cotcredit.errors import UserError
 
 run = run_cli
@@ -83,3 +93,146 @@ def test_export_trl_stepwise(tiny_model_dir, traces_file, tmp_path, capsys):
     assert lines[0]["labels"] == [bool(s > 0) for s in first.score]
     code, _, err = run(["export", rr, "-o", out], capsys)
     assert code == 2 and "--traces" in err
+
+
+# ------------------------------------------------------------------ score tables found in a folder
+
+
+def session_folder(folder: Path, methods=("rredcot", "mc", "loo", "shapley")) -> pd.DataFrame:
+    """What the per-method commands leave in a folder: rredcot.parquet, mc.parquet, attr.parquet
+    (loo and shapley), segments.parquet; plus the report of an earlier compare run with -o ."""
+    df = random_scores(4, {m: 0.5 * i for i, m in enumerate(methods)}, seed=3)
+    for name, held in (("rredcot", ["rredcot"]), ("mc", ["mc"]), ("attr", ["loo", "shapley"])):
+        rows = df.loc[df["method"].isin(held)]
+        if len(rows):
+            write_table(rows, folder / f"{name}.parquet", run_id=f"run-{name}")
+    seg = df.loc[df["method"] == methods[0]].drop(columns=["method", "score"])
+    write_table(seg, folder / "segments.parquet")
+    pd.DataFrame({"trace_id": ["all"], "method_a": ["mc"], "method_b": ["loo"], "statistic": ["x"],
+                  "value": [0.0]}).to_parquet(folder / "correlations.parquet")
+    pd.DataFrame({"method": ["mc"], "traces": [1], "seconds": [1.0]}).to_parquet(folder / "costs.parquet")
+    return df
+
+
+def test_find_score_tables_default_names_and_shared_attr_table(tmp_path):
+    session_folder(tmp_path)
+    found = find_score_tables(tmp_path, "loo,mc,rredcot")
+    assert found == {"rredcot": tmp_path / "rredcot.parquet", "mc": tmp_path / "mc.parquet",
+                     "loo": tmp_path / "attr.parquet"}
+    assert list(found) == ["rredcot", "mc", "loo"]  # registry order
+    assert find_score_tables(tmp_path, ["shapley"]) == {"shapley": tmp_path / "attr.parquet"}
+    # Any name works, and a table stored as a folder of Parquet files too.
+    (tmp_path / "rredcot.parquet").rename(tmp_path / "my-run.parquet")
+    mc = pd.read_parquet(tmp_path / "mc.parquet")
+    (tmp_path / "mc.parquet").unlink()
+    (tmp_path / "mc.parquet").mkdir()
+    write_table(mc.iloc[:5], tmp_path / "mc.parquet" / "part-0.parquet")
+    write_table(mc.iloc[5:], tmp_path / "mc.parquet" / "part-1.parquet")
+    found = find_score_tables(tmp_path, "rredcot,mc")
+    assert found == {"rredcot": tmp_path / "my-run.parquet", "mc": tmp_path / "mc.parquet"}
+    result = compare_folder(tmp_path, "rredcot,mc", n_boot=20)
+    assert len(result.scores) == len(mc) + len(pd.read_parquet(tmp_path / "my-run.parquet"))
+
+
+def test_find_score_tables_gradient_labels(tmp_path):
+    df = random_scores(4, {"loo": 0.0, "gradient-ig": 1.0, "gradient-ixg": 1.0}, seed=1)
+    write_table(df, tmp_path / "attr.parquet", run_id="run-attr")
+    found = find_score_tables(tmp_path, "gradient")
+    assert found == {"gradient-ig": tmp_path / "attr.parquet", "gradient-ixg": tmp_path / "attr.parquet"}
+    assert list(find_score_tables(tmp_path, "gradient-ixg")) == ["gradient-ixg"]
+    with pytest.raises(ScoreTablesNotFound, match="gradient-saliency: no table"):
+        find_score_tables(tmp_path, "gradient-saliency")
+    with pytest.raises(UserError, match="unknown method 'nope'"):
+        find_score_tables(tmp_path, "nope")
+
+
+def test_missing_method_names_the_command(tmp_path, monkeypatch, capsys):
+    session_folder(tmp_path, methods=("rredcot",))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ScoreTablesNotFound) as info:
+        find_score_tables(".", "rredcot,mc,loo")
+    assert info.value.lines == [
+        "mc: no table in . (run: cotcredit mc-baseline TRACES)",
+        "loo: no table in . (run: cotcredit attribute TRACES --method loo)",
+    ]
+    code, stdout, err = run(["compare", "--methods", "rredcot,mc,loo"], capsys)
+    assert code == 2 and stdout == ""
+    assert err.splitlines() == [f"error: {line}" for line in info.value.lines]
+    assert not (tmp_path / "report").exists()
+
+
+def test_same_method_from_two_runs_is_refused(tmp_path, capsys):
+    df = session_folder(tmp_path)
+    write_table(df.loc[df["method"] == "mc"], tmp_path / "mc-old.parquet", run_id="run-old")
+    with pytest.raises(ScoreTablesNotFound) as info:
+        find_score_tables(tmp_path, "rredcot,mc")
+    (line,) = info.value.lines
+    assert line.startswith("mc: in two tables from different runs")
+    assert str(tmp_path / "mc.parquet") in line and str(tmp_path / "mc-old.parquet") in line
+    code, _, err = run(["compare", "--dir", tmp_path, "--methods", "rredcot,mc"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "mc-old.parquet" in err
+    # A copy of the same run is ambiguous too.
+    write_table(df.loc[df["method"] == "mc"], tmp_path / "mc-old.parquet", run_id="run-mc")
+    with pytest.raises(ScoreTablesNotFound, match="same run in both"):
+        find_score_tables(tmp_path, "mc")
+
+
+def test_mismatched_segmentation_names_trace_and_files(tmp_path, capsys):
+    session_folder(tmp_path)
+    mc = pd.read_parquet(tmp_path / "mc.parquet")
+    mc.loc[(mc["trace_id"] == "t2") & (mc["segment"] == 1), "char_end"] += 1  # 4 traces: t0-t3
+    write_table(mc, tmp_path / "mc.parquet")
+    with pytest.raises(UserError) as info:
+        compare_folder(tmp_path, "rredcot,mc,loo", n_boot=10)
+    message = str(info.value)
+    assert "'t2'" in message and "segment 1" in message and "\n" not in message
+    assert str(tmp_path / "rredcot.parquet") in message and str(tmp_path / "mc.parquet") in message
+    code, _, err = run(["compare", "--dir", tmp_path], capsys)
+    assert code == 2 and "segmentations differ" in err and err.count("\n") == 1
+
+
+def test_compare_without_inputs_writes_report_and_says_which_tables(tmp_path, monkeypatch, capsys):
+    session_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    code, stdout, err = run(["compare", "--methods", "rredcot,mc,loo", "--bootstrap", "50"], capsys)
+    assert code == 0, err
+    assert "rredcot: rredcot.parquet" in err and "mc: mc.parquet" in err and "loo: attr.parquet" in err
+    assert "Method agreement" in stdout
+    corr = pd.read_parquet(tmp_path / "report" / "correlations.parquet")
+    assert set(corr["method_a"]) | set(corr["method_b"]) == {"rredcot", "mc", "loo"}  # not shapley
+    assert "loo: attr.parquet" in (tmp_path / "report" / "report.md").read_text()
+    # The same as naming the tables, and the same as the Python API.
+    named = compare_scores([tmp_path / "rredcot.parquet", tmp_path / "mc.parquet", tmp_path / "attr.parquet"],
+                           tmp_path / "named", methods=["rredcot", "mc", "loo"], n_boot=50)
+    pd.testing.assert_frame_equal(corr, named.correlations.table)
+    api = compare(methods="rredcot,mc,loo", folder=tmp_path, out_dir=tmp_path / "api", n_boot=50)
+    pd.testing.assert_frame_equal(corr, api.correlations.table)
+    assert api.sources == {"rredcot": tmp_path / "rredcot.parquet", "mc": tmp_path / "mc.parquet",
+                           "loo": tmp_path / "attr.parquet"}
+    code, _, err = run(["compare", "--scores"], capsys)
+    assert code == 2 and "--scores" in err
+
+
+def test_user_sequence_redistribute_attribute_compare(tiny_model_dir, traces_file, tmp_path,
+                                                     monkeypatch, capsys):
+    """The per-method commands with their defaults, then compare with no inputs."""
+    monkeypatch.chdir(tmp_path)
+    for argv in (["redistribute", traces_file], ["attribute", traces_file, "--method", "loo"]):
+        code, _, err = run([*argv, "--model", tiny_model_dir, "-q"], capsys)
+        assert code == 0, err
+    code, stdout, err = run(["compare", "--methods", "rredcot,loo", "--bootstrap", "50"], capsys)
+    assert code == 0, err
+    assert "rredcot: rredcot.parquet" in err and "loo: attr.parquet" in err
+    assert "report: report/report.html" in err
+    corr = pd.read_parquet(tmp_path / "report" / "correlations.parquet")
+    rredcot, loo = pd.read_parquet("rredcot.parquet"), pd.read_parquet("attr.parquet")
+    spans = ["trace_id", "segment", "char_start", "char_end"]
+    assert rredcot[spans].equals(loo[spans])  # one segmentation, run twice
+    per_trace = corr.loc[(corr["trace_id"] != "all") & (corr["statistic"] == "spearman")]
+    assert len(per_trace) >= 1
+    for r in per_trace.itertuples():
+        x = rredcot.loc[rredcot["trace_id"] == r.trace_id].sort_values("segment")["score"]
+        y = loo.loc[loo["trace_id"] == r.trace_id].sort_values("segment")["score"]
+        assert r.value == pytest.approx(x.corr(y, method="spearman"), abs=1e-9)
+    for name in ("report.md", "report.html", "report.tex", "heatmap.pdf", "scatter_matrix.pdf"):
+        assert (tmp_path / "report" / name).exists()

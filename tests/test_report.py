@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from score_tables import random_scores, trace_rows
 
 from cotcredit.errors import UserError
 from cotcredit.export import export_scores
@@ -27,58 +28,6 @@ from cotcredit.report import (
 
 CHROMIUM = "/usr/bin/chromium"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def trace_rows(
-    trace_id: str, scores_by_method: dict[str, list[float]], texts: list[str] | None = None
-) -> list[dict]:
-    """Rows of one trace: every method on the same segmentation, texts 'seg k of <id>. '."""
-    n = len(next(iter(scores_by_method.values())))
-    texts = texts or [f"seg {k} of {trace_id}. " for k in range(n)]
-    rows = []
-    for method, scores in scores_by_method.items():
-        assert len(scores) == n
-        pos = 0
-        for k, (score, text) in enumerate(zip(scores, texts, strict=True)):
-            rows.append(
-                {
-                    "run_id": f"run-{method}",
-                    "trace_id": trace_id,
-                    "segment": k,
-                    "method": method,
-                    "score": float(score),
-                    "char_start": pos,
-                    "char_end": pos + len(text),
-                    "token_start": 2 * k,
-                    "token_end": 2 * k + 2,
-                    "n_tokens": 2,
-                    "text": text,
-                }
-            )
-            pos += len(text)
-    return rows
-
-
-def random_scores(
-    n_traces: int,
-    methods: dict[str, float],
-    *,
-    seed: int = 0,
-    min_len: int = 4,
-    max_len: int = 12,
-    prefix: str = "t",
-) -> pd.DataFrame:
-    """Traces whose methods are a shared signal plus method-specific noise (method -> noise sd)."""
-    rng = np.random.default_rng(seed)
-    rows: list[dict] = []
-    for t in range(n_traces):
-        n = int(rng.integers(min_len, max_len + 1))
-        signal = rng.normal(size=n)
-        rows += trace_rows(
-            f"{prefix}{t}",
-            {m: list(signal + sd * rng.normal(size=n)) for m, sd in methods.items()},
-        )
-    return pd.DataFrame(rows)
 
 
 def agg(table: pd.DataFrame, a: str, b: str, statistic: str) -> pd.Series:
@@ -367,9 +316,13 @@ def test_write_report_files(report_dir):
         "correlations.parquet",
         "report.md",
         "report.html",
+        "report.tex",
         "heatmap.png",
+        "heatmap.pdf",
         "scatter_matrix.png",
+        "scatter_matrix.pdf",
     } <= names
+    assert files.costs is None  # no cost columns in these tables
     assert len(files.strips) == 3
     first_ids = list(pd.unique(scores["trace_id"]))[:3]
     assert [p.name for p in files.strips] == [strip_filename(t) for t in first_ids]
@@ -379,6 +332,7 @@ def test_write_report_files(report_dir):
     for path in [files.heatmap, files.scatter, *files.strips]:
         assert path.read_bytes().startswith(PNG_MAGIC)
         assert re.fullmatch(r"[A-Za-z0-9._-]+", path.name)
+        assert path.with_suffix(".pdf").read_bytes().startswith(b"%PDF-")
     table = pd.read_parquet(files.correlations)
     assert list(table.columns) == list(CORRELATION_COLUMNS)
     assert len(table) > 0

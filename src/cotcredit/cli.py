@@ -152,6 +152,8 @@ def _segment_options(segments, keywords, merge, min_tokens, max_tokens):
 
 
 def _report(summary, quiet: bool) -> None:
+    if not summary.main:  # launched: the main process reports for every process
+        return
     for note in summary.notes:
         err.print(f"note: {note}")
     if summary.errors:
@@ -168,6 +170,16 @@ def _report(summary, quiet: bool) -> None:
         f"{len(summary.errors)} skipped in {summary.seconds:.1f} s -> {paths}",
         highlight=False,
     )
+
+
+def _shown(summary, label: str, show: str) -> list[dict]:
+    """Rows of the trace `--show` names (or this run's first), read back from the output."""
+    if not summary.main or not summary.scored:
+        return []
+    tid = summary.scored[0] if show == "first" else show
+    if tid not in summary.scored:
+        raise UserError(f"--show {tid}: no such trace in this run")
+    return summary.read_rows(label, trace_id=tid)
 
 
 def _show(rows: list[dict], trace_id: str | None, columns: list[str]) -> None:
@@ -251,7 +263,7 @@ def segment(
     _report(summary, quiet)
     if show:
         _show(
-            summary.rows.get(SEGMENTS, []),
+            _shown(summary, SEGMENTS, show),
             None if show == "first" else show,
             ["boundary_entropy", "mean_entropy"],
         )
@@ -377,7 +389,7 @@ def redistribute(
     _report(summary, quiet)
     if show:
         _show(
-            summary.rows.get("rredcot", []),
+            _shown(summary, "rredcot", show),
             None if show == "first" else show,
             ["r_hat", "v_hat", "g_after", "score"],
         )
@@ -481,11 +493,11 @@ def mc_baseline(
         max_boundaries=max_boundaries,
         save_rollouts=str(save_rollouts) if save_rollouts else None,
     ).validate()
-    if save_rollouts is not None and save_rollouts.is_dir():
-        raise UserError(f"--save-rollouts {save_rollouts}: is a directory; give a .parquet path")
     scorer = _scorer(model, device, dtype, chat_template, system_prompt, truncate)
     if overwrite and save_rollouts is not None and save_rollouts.exists():
-        save_rollouts.unlink()
+        from cotcredit.io import remove_table
+
+        remove_table(save_rollouts)  # a table folder (or a file of cotcredit 0.1)
     summary = run_analysis(
         traces,
         scorer,
@@ -498,33 +510,32 @@ def mc_baseline(
         progress=not quiet,
     )
     _report(summary, quiet)
-    rows = summary.rows.get("mc", [])
-    if rows and not quiet:
-        first = {}
-        for r in rows:
-            first.setdefault(r["trace_id"], r)
-        n = sum(r["trace_rollouts"] for r in first.values())
-        cut = sum(r["trace_truncated"] for r in first.values())
+    # This run's rows, read back column-wise from the output (a big run holds many).
+    rows = summary.read_table("mc", columns=[
+        "trace_id", "segment", "trace_rollouts", "trace_truncated", "value_before", "value_after"
+    ]).to_pandas() if summary.main and not quiet else None
+    if rows is not None and len(rows):
+        first = rows.drop_duplicates("trace_id", keep="first")
+        last = rows.drop_duplicates("trace_id", keep="last")
+        n = int(first["trace_rollouts"].sum())
+        cut = int(first["trace_truncated"].sum())
         table = Table(title="mc-baseline")
         for c in ("traces", "rollouts", "truncated", "policy", "mean V_0", "mean V_K"):
             table.add_column(c, justify="right")
-        v0 = [r["value_before"] for r in rows if r["segment"] == 0]
-        last = {}
-        for r in rows:
-            last[r["trace_id"]] = r["value_after"]
-        v_k = list(last.values())
+        v0 = rows.loc[rows["segment"] == 0, "value_before"].to_numpy()
+        v_k = last["value_after"].to_numpy()
         table.add_row(
             str(len(first)),
             str(n),
             f"{cut} ({cut / n:.1%})" if n else "0",
             truncated,
-            f"{sum(v0) / len(v0):.3f}",
-            f"{sum(v_k) / len(v_k):.3f}",
+            f"{v0.mean():.3f}",
+            f"{v_k.mean():.3f}",
         )
         err.print(table)
     if show:
         _show(
-            rows,
+            _shown(summary, "mc", show),
             None if show == "first" else show,
             ["value_before", "value_after", "stderr", "n_correct", "n_truncated", "score"],
         )
@@ -797,9 +808,9 @@ def attribute(
     _report(summary, quiet)
     if show:
         merged: dict[tuple, dict] = {}
-        labels = [lab for lab in summary.rows if lab != "segments"]
+        labels = [lab for lab in summary.paths if lab != "segments"]
         for lab in labels:
-            for r in summary.rows[lab]:
+            for r in _shown(summary, lab, show):
                 row = merged.setdefault((r["trace_id"], r["segment"]), dict(r))
                 row[lab] = r["score"]
         _show(list(merged.values()), None if show == "first" else show, labels)
@@ -807,10 +818,11 @@ def attribute(
 
 @app.command()
 def compare(
-    inputs: Annotated[list[Path], typer.Argument(help="A JSONL file of traces (runs the methods), or with --scores: Parquet score files.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Report folder.")] = Path("report"),
-    methods: Annotated[str, typer.Option("--methods", help="Comma-separated methods run on one shared segmentation: rredcot, mc, loo, shapley, gradient.")] = "rredcot,mc,loo",
-    scores: Annotated[bool, typer.Option("--scores", help="Correlate existing Parquet score files instead of running methods.")] = False,
+    inputs: Annotated[list[Path] | None, typer.Argument(help="A JSONL file of traces (runs the methods), or with --scores: Parquet score files. None: use the score tables in --dir.")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Report folder [default: report, or DIR/report without inputs].")] = None,
+    methods: Annotated[str, typer.Option("--methods", help="Comma-separated methods: rredcot, mc, loo, shapley, gradient (or gradient-ig, ...).")] = "rredcot,mc,loo",
+    scores: Annotated[bool, typer.Option("--scores", help="Correlate the Parquet score files given as inputs instead of running methods.")] = False,
+    dir_: Annotated[Path | None, typer.Option("--dir", help="Without inputs: folder whose score tables (rredcot.parquet, mc.parquet, attr.parquet, ...) are compared [default: .].")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML/TOML/JSON file of method options: {mc: {rollouts: 8}, rredcot: {value: rhat}}.")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="METHOD.OPTION=VALUE, repeatable (e.g. --set mc.rollouts=4).")] = None,
     rollouts: Annotated[int | None, typer.Option(help="mc: completions per boundary.")] = None,
@@ -828,15 +840,39 @@ def compare(
     solution_field: SolutionField = None, outcome_field: OutcomeField = None, id_field: IdField = None,
     quiet: Quiet = False,
 ) -> None:
-    """Run several methods on one segmentation (or read their scores) and correlate them.
+    """Correlate several methods' scores on one segmentation and write a report.
 
-    Writes <method>.parquet per method, correlations.parquet, report.md, a self-contained
-    report.html and PNG figures into the output folder, and prints a summary table.
+    Without inputs, compares the score tables the per-method commands wrote in the current
+    folder (or --dir); with a traces file, runs the methods first; with --scores, reads the
+    named score files. Writes correlations.parquet, report.md, a self-contained report.html,
+    report.tex (booktabs tables) and figures (PNG and PDF) into the output folder, and prints a
+    summary table.
     """
-    from cotcredit.compare import compare_scores, method_options, run_methods
+    from cotcredit.compare import (
+        ScoreTablesNotFound,
+        compare_folder,
+        compare_scores,
+        method_options,
+        run_methods,
+    )
 
-    if scores:
-        score_files = inputs
+    stats = dict(reference=reference, n_boot=bootstrap, min_segments=min_segments)
+    if not inputs:
+        if scores:
+            raise UserError("compare --scores: name the score files, or leave out --scores to use the tables in --dir")
+        try:
+            result = compare_folder(dir_ or Path("."), methods, output, **stats)
+        except ScoreTablesNotFound as e:
+            for line in e.lines:
+                err.print(f"error: {line}", markup=False, highlight=False)
+            raise typer.Exit(2) from None
+        if not quiet:
+            for label, path in result.sources.items():
+                err.print(f"{label}: {path}", markup=False, highlight=False)
+    elif dir_ is not None:
+        raise UserError("compare --dir: finds score tables when no inputs are given; drop --dir or the inputs")
+    elif scores:
+        result = compare_scores(inputs, output or Path("report"), **stats)
     else:
         if len(inputs) != 1:
             raise UserError("compare: give one traces file, or --scores with Parquet score files")
@@ -846,16 +882,20 @@ def compare(
                       solution_field, outcome_field, id_field)
         seg = _segment_options(segments, keywords, merge, min_tokens, max_tokens)
         scorer = _scorer(model, device, dtype, chat_template, system_prompt, truncate)
-        summary, score_files = run_methods(inputs[0], scorer, opts, output, segment_options=seg,
+        summary, score_files = run_methods(inputs[0], scorer, opts, output or Path("report"), segment_options=seg,
                                            segments_file=segments_file, inputs=inp,
                                            overwrite=overwrite, progress=not quiet)
         _report(summary, quiet)
-    result = compare_scores(score_files, output, reference=reference, n_boot=bootstrap,
-                            min_segments=min_segments)
+        if not summary.main:  # launched: the main process writes the report
+            return
+        result = compare_scores(score_files, output or Path("report"), **stats)
     if not quiet:
-        from cotcredit.report import summary_table
+        from cotcredit.report import cost_table, summary_table
 
         out.print(summary_table(result.correlations))
+        costs = result.costs()
+        if costs is not None:
+            out.print(cost_table(costs))
         err.print(f"report: {result.files.html}", highlight=False)
 
 

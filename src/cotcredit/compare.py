@@ -1,34 +1,75 @@
-"""`compare`: run several methods on one shared segmentation, then correlate their scores."""
+"""`compare`: correlate several methods' scores on one shared segmentation and write the report.
+
+The scores come from one of three places:
+
+* a traces file: the methods are run here, on one segmentation (``run_methods``);
+* score tables named by the caller (``compare_scores``);
+* the score tables already in a folder (``find_score_tables``): for each method, the one table
+  there that holds its rows, whatever its name (``rredcot.parquet``, ``attr.parquet`` holding
+  ``loo`` and ``shapley``, ...). The segmentation table and the report's own tables hold no
+  method rows and are passed over.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from cotcredit.errors import UserError
 from cotcredit.lm import Scorer
-from cotcredit.methods import get_method, registry
+from cotcredit.methods import get_method, label_to_method, method_order, registry
 from cotcredit.options import build_options, parse_sets, read_config
 from cotcredit.pipeline import SEGMENTS, InputOptions, RunSummary, run_analysis
-from cotcredit.report import Correlations, ReportFiles, correlate, load_scores, write_report
+from cotcredit.report import (
+    Correlations,
+    ReportFiles,
+    correlate,
+    cost_summary,
+    load_scores,
+    write_report,
+)
+from cotcredit.report.scores import REQUIRED_COLUMNS, read_columns, table_schema
 from cotcredit.segmentation import SegmentOptions
+
+#: The report folder inside the folder searched for score tables.
+REPORT_FOLDER = "report"
 
 
 @dataclass
 class CompareResult:
-    scores: Any  # pandas DataFrame of all methods' rows
+    """What `compare` read, computed and wrote."""
+
+    scores: pd.DataFrame  # every compared method's rows
     correlations: Correlations
     files: ReportFiles
+    sources: dict[str, Path] = field(default_factory=dict)  # row label -> table it came from
+
+    def costs(self) -> pd.DataFrame | None:
+        """Mean seconds and tokens per trace of each method (None: no table records costs)."""
+        return cost_summary(self.scores)
 
 
-def method_options(methods: str | list[str], config: Path | None = None, sets: list[str] | None = None,
-                   **shortcuts: Any) -> dict[str, Any]:
-    """Options per method from a config file, `--set` items and a few CLI shortcuts."""
+def parse_methods(methods: str | Sequence[str]) -> list[str]:
+    """Method names from ``"a,b"`` or a list, blanks and repeats dropped; at least one."""
     names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else list(methods)
     names = list(dict.fromkeys(n for n in names if n))
     if not names:
         raise UserError("--methods: name at least one method")
+    return names
+
+
+def method_options(
+    methods: str | list[str],
+    config: Path | None = None,
+    sets: list[str] | None = None,
+    **shortcuts: Any,
+) -> dict[str, Any]:
+    """Options per method from a config file, `--set` items and a few CLI shortcuts."""
+    names = parse_methods(methods)
     resolved = []
     for n in names:
         spec = get_method(n)  # accepts labels such as gradient-ig
@@ -38,15 +79,20 @@ def method_options(methods: str | list[str], config: Path | None = None, sets: l
     if config is not None:
         for name, opts in read_config(config).items():
             if name not in registry():
-                raise UserError(f"{config}: unknown method '{name}' (known: {', '.join(registry())})")
+                raise UserError(
+                    f"{config}: unknown method '{name}' (known: {', '.join(registry())})"
+                )
             if name in mapping:
                 mapping[name].update(opts)
     for name, opts in parse_sets(sets).items():
         if name not in mapping:
             raise UserError(f"--set {name}.…: method '{name}' is not among --methods")
         mapping[name].update(opts)
-    short = {"rollouts": ("mc", "rollouts"), "max_new_tokens": ("mc", "max_new_tokens"),
-             "shapley_samples": ("shapley", "samples")}
+    short = {
+        "rollouts": ("mc", "rollouts"),
+        "max_new_tokens": ("mc", "max_new_tokens"),
+        "shapley_samples": ("shapley", "samples"),
+    }
     for key, value in shortcuts.items():
         if value is not None and short[key][0] in mapping:
             mapping[short[key][0]][short[key][1]] = value
@@ -56,37 +102,216 @@ def method_options(methods: str | list[str], config: Path | None = None, sets: l
     return {n: build_options(get_method(n).options_type, mapping[n], n) for n in resolved}
 
 
-def run_methods(traces, scorer: Scorer, options: dict[str, Any], out_dir: Path, *,
-                segment_options: SegmentOptions | None = None, segments_file: Path | None = None,
-                inputs: InputOptions | None = None, overwrite: bool = False,
-                progress: bool = False) -> tuple[RunSummary, list[Path]]:
+def run_methods(
+    traces,
+    scorer: Scorer,
+    options: dict[str, Any],
+    out_dir: Path,
+    *,
+    segment_options: SegmentOptions | None = None,
+    segments_file: Path | None = None,
+    inputs: InputOptions | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> tuple[RunSummary, list[Path]]:
     """Run every method on one segmentation per trace; one Parquet file per method in out_dir."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir}: exists and is not a folder")
     outputs = {SEGMENTS: out_dir / "segments.parquet"}
     outputs.update({name: out_dir / f"{name}.parquet" for name in options})
-    summary = run_analysis(traces, scorer, methods=options, segment_options=segment_options,
-                           segments_file=segments_file, outputs=outputs, inputs=inputs,
-                           overwrite=overwrite, progress=progress, keep_rows=False)
+    summary = run_analysis(
+        traces,
+        scorer,
+        methods=options,
+        segment_options=segment_options,
+        segments_file=segments_file,
+        outputs=outputs,
+        inputs=inputs,
+        overwrite=overwrite,
+        progress=progress,
+        keep_rows=False,
+    )
     return summary, [outputs[name] for name in options]
 
 
-def compare_scores(paths: list[Path], out_dir: Path, *, reference: str = "mc", n_boot: int = 2000,
-                   min_segments: int = 3, seed: int = 0) -> CompareResult:
-    """Load score files (refusing mismatched segmentations), correlate, write the report."""
-    scores = load_scores(paths)
-    corr = correlate(scores, n_boot=n_boot, seed=seed, min_segments=min_segments, reference=reference)
-    files = write_report(scores, corr, Path(out_dir), notes={"score files": ", ".join(map(str, paths))})
-    return CompareResult(scores, corr, files)
+class ScoreTablesNotFound(UserError):
+    """Some methods have no table in the folder, or one in two tables; one line per problem."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
 
 
-def compare(traces, methods: str | list[str] = "rredcot,mc,loo", out_dir: str | Path = "report", *,
-            scorer: Scorer | None = None, config: Path | None = None, reference: str = "mc",
-            **kwargs: Any) -> CompareResult:
-    """Python API of `cotcredit compare`: run methods, write their tables and the report."""
+def _candidates(folder: Path) -> list[Path]:
+    """Tables in ``folder`` that may hold scores: ``*.parquet`` files and table folders, and
+    the methods' default output names."""
+    found = {
+        p for p in folder.iterdir() if p.suffix == ".parquet" and not p.name.startswith((".", "_"))
+    }
+    found.update(
+        folder / spec.default_output
+        for spec in registry().values()
+        if spec.default_output and (folder / spec.default_output).exists()
+    )
+    return sorted(found)
+
+
+def _labels_in(path: Path) -> dict[str, list[str]] | None:
+    """Row label -> run ids in a table, or None when it is not a score table."""
+    schema = table_schema(path)
+    if schema is None or not all(c in schema.names for c in REQUIRED_COLUMNS):
+        return None
+    columns = ["method", "run_id"] if "run_id" in schema.names else ["method"]
+    frame = read_columns(path, columns).drop_duplicates()
+    if "run_id" not in frame:
+        frame["run_id"] = "?"
+    frame = frame.dropna(subset=["method"]).astype(str)
+    return {m: sorted(g["run_id"].unique()) for m, g in frame.groupby("method", sort=False)}
+
+
+def _wanted_labels(name: str, present: set[str]) -> tuple[str, ...]:
+    """The row labels that answer a requested method: ``gradient`` -> its kinds."""
+    if name in present:
+        return (name,)
+    spec = get_method(name)  # a UserError naming the known methods for a typo
+    return spec.all_labels if name == spec.name else (name,)
+
+
+def find_score_tables(
+    folder: str | Path = ".", methods: str | Sequence[str] = "rredcot,mc,loo"
+) -> dict[str, Path]:
+    """For each method, the score table in ``folder`` that holds its rows.
+
+    Looks at every ``*.parquet`` (file or table folder) directly in ``folder``; tables without
+    the score columns (the segmentation, the report's own tables) are passed over. A method is
+    found under its row labels (``gradient`` under ``gradient-ig`` etc.).
+
+    Returns: row label -> table, in display order.
+
+    Raises:
+        ScoreTablesNotFound: one line per method with no table (naming the command that makes
+            it) and per label found in two tables (naming both); a ``UserError``.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(f"{folder}: no such folder")
+    names = parse_methods(methods)
+    holders: dict[str, list[tuple[Path, list[str]]]] = {}
+    for path in _candidates(folder):
+        for label, runs in (_labels_in(path) or {}).items():
+            holders.setdefault(label, []).append((path, runs))
+
+    problems: list[str] = []
+    found: dict[str, Path] = {}
+    for name in names:
+        labels = [lab for lab in _wanted_labels(name, set(holders)) if lab in holders]
+        if not labels:
+            owner = label_to_method(name)
+            command = registry()[owner].command if owner else ""
+            hint = f" (run: {command})" if command else ""
+            problems.append(f"{name}: no table in {folder}{hint}")
+        for label in labels:
+            tables = holders[label]
+            if len(tables) > 1:
+                problems.append(_duplicate_line(label, tables, folder))
+            else:
+                found[label] = tables[0][0]
+    if problems:
+        raise ScoreTablesNotFound(problems)
+    return {label: found[label] for label in method_order(found)}
+
+
+def _duplicate_line(label: str, tables: list[tuple[Path, list[str]]], folder: Path) -> str:
+    (a, runs_a), (b, runs_b) = tables[:2]
+    more = f" (and {len(tables) - 2} more)" if len(tables) > 2 else ""
+    if runs_a == runs_b:
+        return (
+            f"{label}: rows of the same run in both {a} and {b}{more}; join shards with "
+            f"`cotcredit merge` or move one table out of {folder}"
+        )
+    return (
+        f"{label}: in two tables from different runs, {a} (run {', '.join(runs_a)}) and {b} "
+        f"(run {', '.join(runs_b)}){more}; move one out of {folder} or name the tables with "
+        "--scores"
+    )
+
+
+def compare_scores(
+    paths: Sequence[str | Path],
+    out_dir: str | Path,
+    *,
+    methods: Sequence[str] | None = None,
+    reference: str = "mc",
+    n_boot: int = 2000,
+    min_segments: int = 3,
+    seed: int = 0,
+    sources: Mapping[str, Path] | None = None,
+) -> CompareResult:
+    """Load score tables (refusing mismatched segmentations), correlate, write the report.
+
+    ``methods`` keeps only those row labels' rows (a table may hold others); ``sources`` (label
+    -> table) is recorded in the report's notes and the result.
+    """
+    scores = load_scores(list(paths), methods)
+    corr = correlate(
+        scores, n_boot=n_boot, seed=seed, min_segments=min_segments, reference=reference
+    )
+    if sources:
+        notes = {"score tables": ", ".join(f"{lab}: {p}" for lab, p in sources.items())}
+    else:
+        notes = {"score files": ", ".join(map(str, paths))}
+    files = write_report(scores, corr, Path(out_dir), notes=notes)
+    return CompareResult(scores, corr, files, dict(sources or {}))
+
+
+def compare_folder(
+    folder: str | Path = ".",
+    methods: str | Sequence[str] = "rredcot,mc,loo",
+    out_dir: str | Path | None = None,
+    **kwargs: Any,
+) -> CompareResult:
+    """Correlate the methods' score tables found in ``folder`` (``find_score_tables``); the
+    report goes to ``out_dir`` (default ``folder/report``). ``kwargs`` go to
+    ``compare_scores`` (reference, n_boot, min_segments, seed)."""
+    sources = find_score_tables(folder, methods)
+    out = Path(out_dir) if out_dir is not None else Path(folder) / REPORT_FOLDER
+    paths = list(dict.fromkeys(sources.values()))
+    return compare_scores(paths, out, methods=list(sources), sources=sources, **kwargs)
+
+
+def compare(
+    traces=None,
+    methods: str | list[str] = "rredcot,mc,loo",
+    out_dir: str | Path | None = None,
+    *,
+    folder: str | Path = ".",
+    scorer: Scorer | None = None,
+    config: Path | None = None,
+    reference: str = "mc",
+    n_boot: int = 2000,
+    min_segments: int = 3,
+    seed: int = 0,
+    **kwargs: Any,
+) -> CompareResult:
+    """Python API of `cotcredit compare`.
+
+    With ``traces`` (a JSONL path or traces): run ``methods`` on one segmentation, write their
+    tables and the report into ``out_dir`` (default ``report``); ``kwargs`` go to
+    ``run_methods``. Without: correlate the score tables already in ``folder``
+    (``compare_folder``), report in ``out_dir`` (default ``folder/report``).
+    """
+    stats = {"reference": reference, "n_boot": n_boot, "min_segments": min_segments, "seed": seed}
+    if traces is None:
+        if kwargs or scorer is not None or config is not None:
+            given = [*kwargs, *(["scorer"] if scorer else []), *(["config"] if config else [])]
+            raise UserError(
+                f"compare: {', '.join(given)} only apply when running methods on traces"
+            )
+        return compare_folder(folder, methods, out_dir, **stats)
     from cotcredit.lm import load_scorer
 
+    out = Path(out_dir) if out_dir is not None else Path(REPORT_FOLDER)
     opts = method_options(methods, config)
-    _, files = run_methods(traces, scorer or load_scorer(), opts, Path(out_dir), **kwargs)
-    return compare_scores(files, Path(out_dir), reference=reference)
+    _, files = run_methods(traces, scorer or load_scorer(), opts, out, **kwargs)
+    return compare_scores(files, out, **stats)

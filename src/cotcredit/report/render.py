@@ -1,0 +1,643 @@
+"""The report as a list of blocks, rendered to Markdown, to self-contained HTML and to LaTeX.
+
+Each section of the report is one function returning its blocks; ``report_blocks`` runs them in
+order. A block is ``("h1"|"h2"|"h3"|"p", text)``, ``("table", headers, rows)`` or ``("img",
+filename, alt)``. Markdown links the figures; the HTML embeds them as base64 data URIs with inline
+CSS and no external resource. The LaTeX file holds the tables a paper needs (agreement summary,
+costs) as booktabs tables written by pandas' ``Styler.to_latex``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cotcredit.report.figures import pdf_path
+from cotcredit.report.format import EMPTY, fmt, fmt_ci, fmt_count, fmt_ratio, fmt_seconds
+from cotcredit.report.stats import Correlations
+
+Block = tuple[Any, ...]
+
+_STAT_NAMES = {"spearman": "Spearman", "pearson": "Pearson", "kendall": "Kendall"}
+_STAT_ORDER = ("spearman", "pearson", "kendall")  # columns of the report's tables
+
+
+@dataclass
+class ReportFiles:
+    """Paths written by ``write_report`` (figures None when there was nothing to draw).
+
+    Every figure is a PNG with a PDF of the same name beside it (``pdfs()``).
+    """
+
+    out_dir: Path
+    correlations: Path
+    markdown: Path
+    html: Path
+    latex: Path
+    heatmap: Path | None
+    scatter: Path | None
+    strips: list[Path]
+    costs: Path | None = None
+
+    def figures(self) -> list[Path]:
+        """The PNG figures."""
+        return [p for p in (self.heatmap, self.scatter) if p is not None] + list(self.strips)
+
+    def pdfs(self) -> list[Path]:
+        """The PDF twin of every figure."""
+        return [pdf_path(p) for p in self.figures()]
+
+    def all(self) -> list[Path]:
+        """Every file written."""
+        tables = [self.correlations, self.markdown, self.html, self.latex, self.costs]
+        return [p for p in tables if p is not None] + self.figures() + self.pdfs()
+
+
+@dataclass
+class ReportInput:
+    """What the sections read."""
+
+    scores: pd.DataFrame
+    corr: Correlations
+    title: str
+    files: ReportFiles
+    strip_ids: Sequence[str]
+    notes: Mapping[str, Any] = field(default_factory=dict)
+    costs: pd.DataFrame | None = None
+
+    def aggregates_of(self, a: str, b: str) -> pd.DataFrame:
+        """The aggregate rows of one (method_a, method_b), indexed by statistic."""
+        agg = self.corr.aggregates()
+        return agg.loc[(agg["method_a"] == a) & (agg["method_b"] == b)].set_index("statistic")
+
+
+# ----------------------------------------------------------------------------- tables of numbers
+
+
+def _ci_cell(sel: pd.DataFrame, statistic: str) -> str:
+    if statistic not in sel.index:
+        return EMPTY
+    return fmt_ci(*sel.loc[statistic, ["value", "ci_low", "ci_high"]])
+
+
+def _count_cell(sel: pd.DataFrame, statistic: str) -> str:
+    return str(int(sel.loc[statistic, "n"])) if statistic in sel.index else "0"
+
+
+AGREEMENT_HEADERS = [
+    "comparison",
+    "Spearman [95% CI]",
+    "Pearson [95% CI]",
+    "Kendall [95% CI]",
+    "top-1 [95% CI]",
+    "traces",
+]
+
+
+def agreement_summary(corr: Correlations) -> pd.DataFrame:
+    """The headline table: every method's agreement with the reference and the ceiling.
+
+    One row per method against the reference (mean per-trace correlations with 95% CIs, top-1
+    agreement, traces), then, for a method with split-half rows (Monte Carlo), its split-half
+    correlation and the Spearman–Brown estimate for all its rollouts. Without the reference in
+    the table, one row per pair of methods. Cells are formatted strings.
+    """
+    agg = corr.aggregates()
+
+    def sel(a: str, b: str) -> pd.DataFrame:
+        # Either order: a pair's means follow display order, reference rows put it second.
+        hit = ((agg["method_a"] == a) & (agg["method_b"] == b)) | (
+            (agg["method_a"] == b) & (agg["method_b"] == a)
+        )
+        return agg.loc[hit].set_index("statistic")
+
+    ref = corr.reference
+    if ref is not None:
+        pairs = [(m, ref) for m in corr.methods if m != ref]
+    else:
+        pairs = corr.pairs()
+    rows = []
+    for a, b in pairs:
+        s = sel(a, b)
+        rows.append(
+            [f"{a} vs {b}"]
+            + [_ci_cell(s, f"mean_{stat}") for stat in _STAT_ORDER]
+            + [_ci_cell(s, "top1_agreement"), _count_cell(s, "mean_spearman")]
+        )
+    for m in corr.split_half_methods():
+        s = sel(m, m)
+        for label, prefix in (
+            (f"{m} split-half", "mean_split_half"),
+            (f"{m} split-half, Spearman–Brown", "spearman_brown"),
+        ):
+            rows.append(
+                [label]
+                + [_ci_cell(s, f"{prefix}_{stat}") for stat in _STAT_ORDER]
+                + [EMPTY, _count_cell(s, "mean_split_half_spearman")]
+            )
+    return pd.DataFrame(rows, columns=AGREEMENT_HEADERS)
+
+
+COST_HEADERS = [
+    "method",
+    "traces",
+    "seconds / trace",
+    "forward tokens / trace",
+    "generated tokens / trace",
+    "time / rredcot",
+    "tokens / rredcot",
+]
+
+
+def cost_rows(costs: pd.DataFrame, baseline: str = "rredcot") -> pd.DataFrame:
+    """``cost_summary``'s table as formatted strings (headers from ``COST_HEADERS``); a column
+    no method recorded (seconds, when the runs were not timed) is left out."""
+    rows = [
+        [
+            r.method,
+            str(r.traces),
+            fmt_seconds(r.seconds),
+            fmt_count(r.forward_tokens),
+            fmt_count(r.generated_tokens),
+            fmt_ratio(r.seconds_ratio),
+            fmt_ratio(r.tokens_ratio),
+        ]
+        for r in costs.itertuples(index=False)
+    ]
+    headers = [h.replace("rredcot", baseline) for h in COST_HEADERS]
+    frame = pd.DataFrame(rows, columns=headers)
+    return frame.loc[:, (frame != EMPTY).any(axis=0)]
+
+
+def _frame_block(frame: pd.DataFrame) -> Block:
+    return ("table", list(frame.columns), frame.to_numpy(dtype=str).tolist())
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+def _overview(r: ReportInput) -> list[Block]:
+    corr = r.corr
+    n_segments = r.scores.groupby("method").size()
+    n_traces = r.scores.groupby("method")["trace_id"].nunique()
+    return [
+        ("h1", r.title),
+        (
+            "p",
+            f"{len(corr.methods)} method(s), {corr.n_traces} trace(s). Correlations are computed "
+            f"per trace over its segments, then averaged across traces (95% percentile bootstrap "
+            f"CI over traces, {corr.params.get('n_boot')} resamples, seed "
+            f"{corr.params.get('seed')}) and pooled over all segments. Traces with fewer than "
+            f"{corr.params.get('min_segments')} segments, NaN scores or constant scores are left "
+            "out of a pair's statistics and counted below.",
+        ),
+        (
+            "table",
+            ["method", "traces", "segments"],
+            [
+                [m, str(int(n_traces.get(m, 0))), str(int(n_segments.get(m, 0)))]
+                for m in corr.methods
+            ],
+        ),
+    ]
+
+
+def _notes(r: ReportInput) -> list[Block]:
+    if not r.notes:
+        return []
+    rows = [[str(k), _note(v)] for k, v in r.notes.items()]
+    return [("h2", "Notes"), ("table", ["key", "value"], rows)]
+
+
+def _agreement(r: ReportInput) -> list[Block]:
+    corr = r.corr
+    if not corr.pairs():
+        return []
+    ref = corr.reference
+    if ref is not None:
+        intro = (
+            f"Each method's agreement with {ref}: mean per-trace correlation (95% bootstrap CI "
+            f"over traces) and top-1 agreement (the fraction of traces whose highest-scored "
+            f"segment is {ref}'s)."
+        )
+    else:
+        intro = "Mean per-trace correlation of every pair of methods (95% bootstrap CI)."
+    blocks: list[Block] = [("h2", "Agreement summary"), ("p", intro)]
+    blocks.append(_frame_block(agreement_summary(corr)))
+    for m in corr.split_half_methods():
+        blocks.append(("p", _ceiling_text(corr, m)))
+    blocks.append(("p", f"The same table for a paper: {r.files.latex.name} (LaTeX, booktabs)."))
+    return blocks
+
+
+def _ceiling_text(corr: Correlations, method: str) -> str:
+    sb = corr.value(method, method, "spearman_brown_spearman")
+    index = f"{sb**0.5:.3f}" if sb == sb and sb > 0 else EMPTY
+    return (
+        f"{method} split-half: {method}'s credits from the even-indexed rollouts of each boundary "
+        f"correlated per trace with those from the odd-indexed ones. Spearman–Brown steps the "
+        f"mean up to all rollouts, 2r/(1+r) ({fmt(sb)} for Spearman): how well two independent "
+        f"{method} runs would agree. A method that agrees with {method} as well as that has "
+        f"reached {method}'s own noise; only a method closer to the true values than {method} "
+        f"can exceed it, up to √{fmt(sb)} = {index}."
+    )
+
+
+def _means(r: ReportInput) -> list[Block]:
+    corr = r.corr
+    blocks: list[Block] = [("h2", "Mean per-trace correlation")]
+    if not corr.pairs():
+        return [*blocks, ("p", "Only one method in the table: there is nothing to correlate.")]
+    rows = []
+    for a, b in corr.pairs():
+        sel = r.aggregates_of(a, b)
+        cells = [_ci_cell(sel, f"mean_{s}") for s in _STAT_ORDER]
+        rows.append([a, b, *cells, _count_cell(sel, "mean_spearman")])
+    for m in corr.split_half_methods():
+        sel = r.aggregates_of(m, m)
+        cells = [_ci_cell(sel, f"mean_split_half_{s}") for s in _STAT_ORDER]
+        rows.append(
+            [f"{m} (half A)", f"{m} (half B)", *cells, _count_cell(sel, "mean_split_half_spearman")]
+        )
+    headers = ["method A", "method B", *(f"{_STAT_NAMES[s]} [95% CI]" for s in _STAT_ORDER)]
+    blocks.append(("table", [*headers, "traces"], rows))
+    if r.files.heatmap is not None:
+        blocks.append(("img", r.files.heatmap.name, "Mean per-trace Spearman heatmap"))
+    return blocks
+
+
+def _pooled(r: ReportInput) -> list[Block]:
+    if not r.corr.pairs():
+        return []
+    rows = []
+    for a, b in r.corr.pairs():
+        sel = r.aggregates_of(a, b)
+        cells = [
+            fmt(sel.loc[f"pooled_{s}", "value"]) if f"pooled_{s}" in sel.index else EMPTY
+            for s in _STAT_ORDER
+        ]
+        rows.append([a, b, *cells, _count_cell(sel, "pooled_spearman")])
+    headers = ["method A", "method B", *(_STAT_NAMES[s] for s in _STAT_ORDER), "segments"]
+    blocks: list[Block] = [("h2", "Pooled over segments"), ("table", headers, rows)]
+    if r.files.scatter is not None:
+        blocks.append(("img", r.files.scatter.name, "Pairwise scatter of per-segment scores"))
+    return blocks
+
+
+def _split_half(r: ReportInput) -> list[Block]:
+    methods = r.corr.split_half_methods()
+    if not methods:
+        return []
+    blocks: list[Block] = [
+        ("h2", "Split-half reliability"),
+        (
+            "p",
+            "Per trace, the credits computed from one half of the rollouts correlated with those "
+            "from the other half; mean over traces with 95% bootstrap CI, and the Spearman–Brown "
+            "estimate 2r/(1+r) for all rollouts (CI: the formula applied to the interval's ends).",
+        ),
+    ]
+    rows = []
+    for m in methods:
+        sel = r.aggregates_of(m, m)
+        for s in _STAT_ORDER:
+            rows.append(
+                [
+                    m,
+                    _STAT_NAMES[s],
+                    _ci_cell(sel, f"mean_split_half_{s}"),
+                    _ci_cell(sel, f"spearman_brown_{s}"),
+                    _count_cell(sel, f"mean_split_half_{s}"),
+                ]
+            )
+    headers = ["method", "statistic", "split-half [95% CI]", "Spearman–Brown [95% CI]", "traces"]
+    blocks.append(("table", headers, rows))
+    return blocks
+
+
+def _costs(r: ReportInput) -> list[Block]:
+    if r.costs is None:
+        return []
+    n = int(r.costs["traces"].max()) if len(r.costs) else 0
+    return [
+        ("h2", "Cost"),
+        (
+            "p",
+            f"Mean per trace over the {n} trace(s) every listed method scored: wall-clock "
+            "seconds, tokens run through the model (forward) and tokens sampled (generated); "
+            "ratios divide a method's mean by rredcot's (tokens: forward + generated).",
+        ),
+        _frame_block(cost_rows(r.costs)),
+    ]
+
+
+def _skipped(r: ReportInput) -> list[Block]:
+    blocks: list[Block] = [("h2", "Skipped traces")]
+    skipped = r.corr.skipped
+    if skipped.empty:
+        return [*blocks, ("p", "None: every trace entered every pair's statistics.")]
+    rows = [
+        [s.method_a, s.method_b, s.reason, str(s.n_traces)] for s in skipped.itertuples(index=False)
+    ]
+    return [*blocks, ("table", ["method A", "method B", "reason", "traces"], rows)]
+
+
+def _position(r: ReportInput) -> list[Block]:
+    ref = r.corr.reference
+    blocks: list[Block] = [("h2", "Position analysis" + (f" (reference: {ref})" if ref else ""))]
+    if ref is None:
+        return [
+            *blocks,
+            (
+                "p",
+                f"The reference method {r.corr.params.get('reference')!r} is not in the table: "
+                "position analysis and top-1 agreement are omitted.",
+            ),
+        ]
+    blocks.append(
+        (
+            "p",
+            "Pooled correlation with the reference within the early half (relative position "
+            "< 0.5) and the late half (>= 0.5) of each trace's segments.",
+        )
+    )
+    rows = []
+    for m in (m for m in r.corr.methods if m != ref):
+        sel = r.aggregates_of(m, ref)
+
+        def cell(stat: str, sel: pd.DataFrame = sel) -> str:
+            return fmt(sel.loc[stat, "value"]) if stat in sel.index else EMPTY
+
+        rows.append(
+            [
+                m,
+                cell("early_spearman"),
+                cell("late_spearman"),
+                cell("early_pearson"),
+                cell("late_pearson"),
+                _count_cell(sel, "early_spearman"),
+                _count_cell(sel, "late_spearman"),
+            ]
+        )
+    headers = [
+        "method",
+        "early Spearman",
+        "late Spearman",
+        "early Pearson",
+        "late Pearson",
+        "early segments",
+        "late segments",
+    ]
+    return [*blocks, ("table", headers, rows)]
+
+
+def _top1(r: ReportInput) -> list[Block]:
+    ref = r.corr.reference
+    if ref is None:
+        return []
+    rows = []
+    for m in (m for m in r.corr.methods if m != ref):
+        sel = r.aggregates_of(m, ref)
+        rows.append([m, _ci_cell(sel, "top1_agreement"), _count_cell(sel, "top1_agreement")])
+    return [
+        ("h2", f"Top-1 agreement with {ref}"),
+        (
+            "p",
+            "Fraction of traces whose highest-scored segment is the reference's (95% bootstrap "
+            "CI over traces; traces with a tied maximum are left out).",
+        ),
+        ("table", ["method", "agreement [95% CI]", "traces"], rows),
+    ]
+
+
+def _strips(r: ReportInput) -> list[Block]:
+    blocks: list[Block] = [("h2", "Credit strips")]
+    strips = r.files.strips
+    if not strips:
+        return [*blocks, ("p", "No strips drawn.")]
+    blocks.append(
+        (
+            "p",
+            f"The first {len(strips)} trace(s): each segment's text shaded by its score, one "
+            "panel per method (red < 0 < blue, scaled per method; bars mark segment starts).",
+        )
+    )
+    for tid, path in zip(r.strip_ids, strips, strict=True):
+        blocks.append(("h3", f"Trace {tid}"))
+        blocks.append(("img", path.name, f"Credit strip of trace {tid}"))
+    return blocks
+
+
+def _files(r: ReportInput) -> list[Block]:
+    files = r.files
+    text = (
+        f"All statistics are in {files.correlations.name}: "
+        f"pd.read_parquet('{files.correlations.name}'); aggregate rows have trace_id 'all'. "
+        f"Tables for a paper: {files.latex.name} (needs \\usepackage{{booktabs}})."
+    )
+    if files.costs is not None:
+        text += f" Costs per method: {files.costs.name}."
+    pdfs = [p.name for p in files.pdfs()]
+    if pdfs:
+        listed = ", ".join(pdfs[:3]) + (" ..." if len(pdfs) > 3 else "")
+        text += f" Every figure is also saved as PDF (vector, for a paper): {listed}"
+    return [("h2", "Files"), ("p", text)]
+
+
+#: The report's sections, in order.
+SECTIONS: tuple[Callable[[ReportInput], list[Block]], ...] = (
+    _overview,
+    _agreement,
+    _notes,
+    _means,
+    _pooled,
+    _split_half,
+    _costs,
+    _skipped,
+    _position,
+    _top1,
+    _strips,
+    _files,
+)
+
+
+def report_blocks(r: ReportInput) -> list[Block]:
+    """Every section's blocks, in order."""
+    return [block for section in SECTIONS for block in section(r)]
+
+
+def _note(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+# ----------------------------------------------------------------------------- Markdown and HTML
+
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(blocks: Sequence[Block]) -> str:
+    """The blocks as Markdown (figures linked by file name)."""
+    out: list[str] = []
+    for block in blocks:
+        kind = block[0]
+        if kind in ("h1", "h2", "h3"):
+            out.append("#" * int(kind[1]) + " " + " ".join(str(block[1]).split()))
+        elif kind == "p":
+            out.append(str(block[1]))
+        elif kind == "table":
+            headers, rows = block[1], block[2]
+            out.append("| " + " | ".join(_md_cell(h) for h in headers) + " |")
+            out.append("|" + "|".join("---" for _ in headers) + "|")
+            out.extend("| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows)
+        elif kind == "img":
+            out.append(f"![{_md_cell(block[2])}]({block[1]})")
+        out.append("")
+    return "\n".join(out)
+
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
+       max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.45; }
+h1 { border-bottom: 2px solid #ddd; padding-bottom: .3em; }
+h2 { margin-top: 2em; border-bottom: 1px solid #eee; padding-bottom: .2em; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 14px; }
+th, td { border: 1px solid #ccc; padding: 4px 10px; text-align: left; }
+th { background: #f3f3f3; }
+tr:nth-child(even) td { background: #fafafa; }
+td { font-variant-numeric: tabular-nums; }
+img { max-width: 100%; height: auto; display: block; margin: 1em 0; border: 1px solid #eee; }
+footer { margin-top: 3em; color: #777; font-size: 12px; }
+"""
+
+
+def render_html(blocks: Sequence[Block], out_dir: Path, title: str) -> str:
+    """The blocks as one self-contained HTML page (figures read from ``out_dir``, embedded)."""
+    esc = html.escape
+    body: list[str] = []
+    for block in blocks:
+        kind = block[0]
+        if kind in ("h1", "h2", "h3"):
+            body.append(f"<{kind}>{esc(str(block[1]))}</{kind}>")
+        elif kind == "p":
+            body.append(f"<p>{esc(str(block[1]))}</p>")
+        elif kind == "table":
+            headers, rows = block[1], block[2]
+            head = "".join(f"<th>{esc(str(h))}</th>" for h in headers)
+            trs = "".join(
+                "<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows
+            )
+            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{trs}</tbody></table>")
+        elif kind == "img":
+            data = base64.b64encode((out_dir / block[1]).read_bytes()).decode("ascii")
+            body.append(f'<img src="data:image/png;base64,{data}" alt="{esc(str(block[2]))}">')
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{esc(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        + "\n".join(body)
+        + "\n<footer>Generated by cotcredit. Self-contained: figures are embedded.</footer>\n"
+        "</body>\n</html>\n"
+    )
+
+
+# ----------------------------------------------------------------------------- LaTeX
+
+
+def _latex_escape(text: str) -> str:
+    """Escape LaTeX's special characters in plain text (captions); en dashes become ``--``."""
+    table = {
+        "–": "--",
+        "\\": r"\textbackslash{}",
+        "&": r"\&",
+        "%": r"\%",
+        "$": r"\$",
+        "#": r"\#",
+        "_": r"\_",
+        "{": r"\{",
+        "}": r"\}",
+        "~": r"\textasciitilde{}",
+        "^": r"\textasciicircum{}",
+    }
+    return "".join(table.get(c, c) for c in text)
+
+
+def latex_table(frame: pd.DataFrame, caption: str, label: str) -> str:
+    """One booktabs table (``table`` float, centred) of string cells, via ``Styler.to_latex``.
+
+    Cells and headers are escaped; en dashes (``EMPTY`` cells too) are written as ``--``.
+    """
+    cells = frame.map(lambda v: str(v).replace("–", "--"))
+    cells.columns = [str(c).replace("–", "--") for c in cells.columns]
+    styler = (
+        cells.style.hide(axis="index")
+        .format(escape="latex")
+        .format_index(escape="latex", axis="columns")
+    )
+    return styler.to_latex(
+        hrules=True,  # \toprule, \midrule, \bottomrule (booktabs)
+        column_format="l" + "r" * (len(frame.columns) - 1),
+        caption=_latex_escape(caption),
+        label=label,
+        position="t",
+        position_float="centering",
+    )
+
+
+def render_latex(corr: Correlations, costs: pd.DataFrame | None = None) -> str:
+    """The agreement summary (and the cost table when present) as LaTeX booktabs tables."""
+    parts = ["% Tables written by cotcredit compare. Needs \\usepackage{booktabs}.\n"]
+    if corr.pairs():
+        n_boot = corr.params.get("n_boot")
+        ref = corr.reference
+        caption = (
+            f"Agreement with {ref}: mean per-trace correlation over traces (95% percentile "
+            f"bootstrap CI, {n_boot} resamples); top-1: fraction of traces whose highest-scored "
+            f"segment is {ref}'s."
+            if ref
+            else f"Agreement between methods: mean per-trace correlation over traces (95% "
+            f"percentile bootstrap CI, {n_boot} resamples)."
+        )
+        for m in corr.split_half_methods():
+            caption += (
+                f" {m} split-half: {m}'s credits from two disjoint halves of its rollouts "
+                "correlated with each other; Spearman–Brown: the same stepped up to all rollouts, "
+                "the agreement of two independent runs."
+            )
+        parts.append(latex_table(agreement_summary(corr), caption, "tab:cotcredit-agreement"))
+    if costs is not None:
+        caption = (
+            f"Cost per trace, mean over {int(costs['traces'].max())} traces: wall-clock seconds, "
+            "tokens run through the model and tokens sampled, and the ratio to rredcot."
+        )
+        parts.append(latex_table(cost_rows(costs), caption, "tab:cotcredit-cost"))
+    return "\n".join(parts)
+
+
+__all__ = [
+    "AGREEMENT_HEADERS",
+    "COST_HEADERS",
+    "Block",
+    "ReportFiles",
+    "ReportInput",
+    "agreement_summary",
+    "cost_rows",
+    "latex_table",
+    "render_html",
+    "render_latex",
+    "render_markdown",
+    "report_blocks",
+]
