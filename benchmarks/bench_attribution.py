@@ -39,10 +39,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from cotcredit.attribution import TargetOptions  # noqa: E402
 from cotcredit.forcing import ForcingOptions, answer_forcing  # noqa: E402
 from cotcredit.lm import ModelOptions, load_scorer  # noqa: E402
 from cotcredit.methods import loo, shapley  # noqa: E402
+from cotcredit.methods.attribution import TargetOptions  # noqa: E402
 from cotcredit.methods.base import TraceContext  # noqa: E402
 from cotcredit.segmentation import SegmentOptions, segment_encoded  # noqa: E402
 from cotcredit.traces import Trace, read_traces  # noqa: E402

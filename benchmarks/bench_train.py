@@ -3,7 +3,7 @@
     python benchmarks/bench_train.py                         # examples/train config, 8 steps
     python benchmarks/bench_train.py --steps 20 --model Qwen/Qwen3-0.6B --config my.yaml
 
-Runs `cotcredit.train.run.train` twice from one config — `advantage: grpo`, then `rredcot` —
+Runs `cotcredit.training.run.train` twice from one config — `advantage: grpo`, then `rredcot` —
 for --steps optimizer steps each (no evaluation; checkpoints only at the end, which step times
 exclude), and reads their metrics.jsonl: mean seconds per step (the first --warmup steps are
 left out), the part of a rredcot step spent computing segment rewards (one forward pass per
@@ -34,8 +34,8 @@ def mean_after(rows: list[dict], key: str, warmup: int) -> float | None:
 
 
 def run_mode(config, mode: str, steps: int, out: Path) -> list[dict]:
-    from cotcredit.train.metrics import read_metrics
-    from cotcredit.train.run import train
+    from cotcredit.training.metrics import read_metrics
+    from cotcredit.training.run import train
 
     cfg = config.model_copy(
         update={
@@ -72,7 +72,7 @@ def main() -> None:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from cotcredit.train.config import load_config
+    from cotcredit.training.config import load_config
 
     hf_logging.set_verbosity_error()
     if args.threads:

@@ -10,8 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
-from cotcredit.attribution import EmbeddingTarget, TargetOptions, ValueFunction, value_function
 from cotcredit.forcing import ForcingOptions, answer_forcing
+from cotcredit.methods.attribution import (
+    EmbeddingTarget,
+    TargetOptions,
+    ValueFunction,
+    value_function,
+)
 from cotcredit.methods.base import TraceContext
 from cotcredit.segmentation import SegmentOptions, segment_encoded
 from cotcredit.traces import Trace

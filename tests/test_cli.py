@@ -101,8 +101,10 @@ def test_shards_partition_traces(tiny_model_dir, traces_file, tmp_path, capsys):
 
 def test_python_api_matches_cli(tiny_model_dir, traces_file, tmp_path, capsys):
     import cotcredit
+    from cotcredit.segmentation import SegmentOptions
 
-    df = cotcredit.segment(traces_file, model=tiny_model_dir, segments=3)
+    df = cotcredit.segment(traces_file, model=tiny_model_dir,
+                           options=SegmentOptions(segments=3)).frame()
     out = tmp_path / "s.parquet"
     run(["segment", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "3"], capsys)
     cli = pd.read_parquet(out)
@@ -112,10 +114,84 @@ def test_python_api_matches_cli(tiny_model_dir, traces_file, tmp_path, capsys):
 def test_python_api_methods_equal_cli_rows(tiny_model_dir, traces_file, tmp_path, capsys):
     import cotcredit
 
-    api = cotcredit.attribute(traces_file, methods=["loo"], model=tiny_model_dir)
+    api = cotcredit.attribute(traces_file, methods=["loo"], model=tiny_model_dir).frame()
     out = tmp_path / "attr.parquet"
     code, _, err = run(["attribute", traces_file, "--method", "loo", "--model", tiny_model_dir,
                         "-o", out, "-q"], capsys)
     assert code == 0, err
     cli = pd.read_parquet(out)
     assert api.score.tolist() == pytest.approx(cli.score.tolist(), abs=1e-9)
+
+
+def test_the_user_session_as_typed(tiny_model_dir, traces_file, tmp_path, capsys, monkeypatch):
+    """The session researchers describe, typed as is (plus --model): per-method commands with
+    their defaults, then `compare --methods rredcot,mc,loo` with no inputs."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "trace.jsonl").write_text(traces_file.read_text())
+    model = ["--model", str(tiny_model_dir)]
+    for argv in (
+        ["segment", "trace.jsonl"],
+        ["redistribute", "trace.jsonl"],
+        ["mc-baseline", "trace.jsonl"],
+        ["attribute", "trace.jsonl", "--method", "loo"],
+    ):
+        code, _, err = run([*argv, *model], capsys)
+        assert code == 0, (argv, err)
+    code, stdout, err = run(["compare", "--methods", "rredcot,mc,loo"], capsys)
+    assert code == 0, err
+    for line in ("rredcot: rredcot.parquet", "mc: mc.parquet", "loo: attr.parquet"):
+        assert line in err
+    assert "Method agreement" in stdout and "report: report/report.html" in err
+    # Every command segmented the same way, deterministically.
+    spans = ["trace_id", "segment", "char_start", "char_end"]
+    seg = pd.read_parquet("segments.parquet")[spans]
+    for table in ("rredcot.parquet", "mc.parquet", "attr.parquet"):
+        pd.testing.assert_frame_equal(pd.read_parquet(table)[spans], seg)
+    corr = pd.read_parquet("report/correlations.parquet")
+    assert {"rredcot", "loo"} <= set(corr.method_a) | set(corr.method_b)
+    # The random model never answers: MC values are all 0, counted as skipped, not dropped.
+    assert "| mc | loo | constant scores |" in (tmp_path / "report" / "report.md").read_text()
+    for name in ("report.md", "report.html", "report.tex", "heatmap.png", "heatmap.pdf"):
+        assert (tmp_path / "report" / name).is_file(), name
+
+
+def test_cli_defaults_and_help_are_the_dataclasses():
+    """No option of any command has a default or help text of its own: both come from the
+    options dataclass field it sets (tuple fields: None on the command line, the default kept)."""
+    import dataclasses
+
+    import typer
+
+    from cotcredit.cli import app
+    from cotcredit.cli_params import params_of
+    from cotcredit.comparison import ReportOptions, Shortcuts
+    from cotcredit.exports import ExportOptions
+    from cotcredit.lm import ModelOptions
+    from cotcredit.methods import registry
+    from cotcredit.pipeline import InputOptions
+    from cotcredit.problems import GenerateOptions, ProblemInputOptions
+    from cotcredit.segmentation import SegmentOptions
+
+    classes = [InputOptions, ModelOptions, SegmentOptions, ReportOptions, Shortcuts,
+               ExportOptions, GenerateOptions, ProblemInputOptions, *(s.options_type for s in registry().values())]
+    declared: dict[str, list] = {}
+    for cls in classes:
+        for p in params_of(cls):
+            declared.setdefault(p.flag.split("/")[0], []).append(p)
+    group = typer.main.get_group(app)
+    checked = 0
+    for command in group.commands.values():
+        if command.name == "train":  # its options are the YAML config's (training/config.py)
+            continue
+        for param in command.params:
+            flag = next((o for o in param.opts if o.startswith("--")), None)
+            if flag not in declared or (command.name, flag) == ("attribute", "--method"):
+                continue  # (attribute's own --method lists methods; export's picks one)
+            assert any(param.default == p.default and param.help == p.help
+                       for p in declared[flag]), (command.name, flag)
+            checked += 1
+    assert checked > 100
+    # And every field of every options class documents itself.
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            assert f.name == "fields" or f.metadata.get("help"), (cls.__name__, f.name)

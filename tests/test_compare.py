@@ -9,7 +9,8 @@ import pytest
 from conftest import run_cli
 from score_tables import random_scores, write_table
 
-from cotcredit.compare import (
+from cotcredit.comparison import (
+    ReportOptions,
     ScoreTablesNotFound,
     compare,
     compare_folder,
@@ -205,7 +206,8 @@ def test_compare_without_inputs_writes_report_and_says_which_tables(tmp_path, mo
     named = compare_scores([tmp_path / "rredcot.parquet", tmp_path / "mc.parquet", tmp_path / "attr.parquet"],
                            tmp_path / "named", methods=["rredcot", "mc", "loo"], n_boot=50)
     pd.testing.assert_frame_equal(corr, named.correlations.table)
-    api = compare(methods="rredcot,mc,loo", folder=tmp_path, out_dir=tmp_path / "api", n_boot=50)
+    api = compare(methods="rredcot,mc,loo", folder=tmp_path, output=tmp_path / "api",
+                  report=ReportOptions(bootstrap=50))
     pd.testing.assert_frame_equal(corr, api.correlations.table)
     assert api.sources == {"rredcot": tmp_path / "rredcot.parquet", "mc": tmp_path / "mc.parquet",
                            "loo": tmp_path / "attr.parquet"}

@@ -75,7 +75,7 @@ def test_compare_on_two_processes_writes_one_report(
 ):
     """One process already scored some traces; two processes finish the run; the main one alone
     writes the report, from tables equal to a single-process run's."""
-    from cotcredit.compare import method_options, run_methods
+    from cotcredit.comparison import method_options, run_methods
     from cotcredit.segmentation import SegmentOptions
 
     report, ref = tmp_path / "report", tmp_path / "ref"

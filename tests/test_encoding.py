@@ -95,7 +95,7 @@ def test_empty_prompt_without_bos_is_one_line_error(scorer: Scorer):
 def test_training_and_analysis_encode_a_completion_alike(scorer: Scorer):
     """The same completion gives the same tokens, segments and rewards in `redistribute` and in
     training's scoring, including a token straddling the start of the final-answer statement."""
-    from cotcredit.train.scoring import PolicySegmentRewards
+    from cotcredit.training.scoring import PolicySegmentRewards
 
     response = (
         "Let me add the prices.\nApples cost 5 dollars.\nWait, oranges cost 7.\n"

@@ -1,4 +1,4 @@
-"""Exporting segment scores as JSON Lines (cotcredit.export), against naive expectations."""
+"""Exporting segment scores as JSON Lines (cotcredit.exports), against naive expectations."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from cotcredit.errors import UserError
-from cotcredit.export import EXPORT_FORMATS, export_scores
+from cotcredit.exports import EXPORT_FORMATS, export_scores
 
 PROMPTS = {"t1": "What is 5 + 7?", "t2": "What is 3 + 4?", "t3": "Two pears at 4 each?"}
 TEXTS = {

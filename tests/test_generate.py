@@ -9,7 +9,7 @@ import pytest
 
 from cotcredit import grading
 from cotcredit.errors import UserError
-from cotcredit.generate import GenerateOptions, generate_traces, read_problems
+from cotcredit.problems import GenerateOptions, generate_traces, read_problems
 from cotcredit.traces import TraceError, read_traces
 
 PROBLEMS = [

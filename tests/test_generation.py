@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cotcredit.errors import UserError
-from cotcredit.generation import (
+from cotcredit.sampling import (
     Completion,
     HFGenerator,
     SamplingOptions,
@@ -222,7 +222,7 @@ def test_vllm_backend_plumbing(scorer, prompts, monkeypatch):
     fake = types.ModuleType("vllm")
     fake.LLM, fake.SamplingParams = LLM, SamplingParams
     monkeypatch.setitem(sys.modules, "vllm", fake)
-    import cotcredit.generation as generation
+    import cotcredit.sampling as generation
 
     monkeypatch.setattr(generation, "_VLLM", {})
     scorer.__dict__.setdefault("_generators", {}).pop("vllm", None)
@@ -244,7 +244,7 @@ def test_vllm_backend_plumbing(scorer, prompts, monkeypatch):
 
 def test_vllm_engine_arguments_parse_and_need_the_vllm_backend():
     from cotcredit.errors import UserError
-    from cotcredit.generation import parse_engine_args
+    from cotcredit.sampling import parse_engine_args
 
     args = ["tensor_parallel_size=2", "gpu_memory_utilization=0.8", "enforce_eager=true",
             "quantization=fp8"]
@@ -260,7 +260,7 @@ def test_vllm_backend_without_vllm_is_one_line(scorer):
     import importlib.util
 
     from cotcredit.errors import UserError
-    from cotcredit.generation import get_generator
+    from cotcredit.sampling import get_generator
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")

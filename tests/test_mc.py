@@ -9,10 +9,10 @@ import pytest
 
 from cotcredit import grading
 from cotcredit.errors import UserError
-from cotcredit.generation import Completion
 from cotcredit.methods import mc
 from cotcredit.methods.mc import McOptions, Rollout, boundary_value, interpolate, scored_boundaries
 from cotcredit.pipeline import run_analysis
+from cotcredit.sampling import Completion
 from cotcredit.segmentation import SegmentOptions
 
 SMALL = dict(rollouts=3, max_new_tokens=6, seed=0)
@@ -27,7 +27,7 @@ def fake_grade(text, reference, **kw):
 def graded(monkeypatch, scorer):
     """The fake grader, and a generator that also stops at every token containing "e", so that
     rollouts of the random model end at different lengths (some cut off, some not)."""
-    from cotcredit.generation import HFGenerator
+    from cotcredit.sampling import HFGenerator
 
     monkeypatch.setattr(grading, "grade_completion", fake_grade)
     gen = HFGenerator(scorer.model, scorer.tokenizer)

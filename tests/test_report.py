@@ -1,4 +1,4 @@
-"""Tests of cotcredit.report (correlations, figures, report files) and cotcredit.export."""
+"""Tests of cotcredit.report (correlations, figures, report files) and cotcredit.exports."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from scipy import stats
 from score_tables import random_scores, trace_rows
 
 from cotcredit.errors import UserError
-from cotcredit.export import export_scores
+from cotcredit.exports import export_scores
 from cotcredit.report import (
     CORRELATION_COLUMNS,
     correlate,

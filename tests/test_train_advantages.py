@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cotcredit.train.advantages import batch_token_advantages, segment_token_advantages
+from cotcredit.training.advantages import batch_token_advantages, segment_token_advantages
 
 SPANS = [(0, 3), (3, 7), (7, 12)]  # 12 reasoning tokens, then 4 answer tokens
 REWARDS = [0.1, 0.6, -0.2]

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from cotcredit.errors import UserError
-from cotcredit.train.config import TrainConfig, load_config, to_grpo_config
+from cotcredit.training.config import TrainConfig, load_config, to_grpo_config
 
 MINIMAL = "train_file: data/train.jsonl\noutput_dir: runs/x\n"
 

@@ -22,10 +22,10 @@ from cotcredit.methods.base import TraceContext  # noqa: E402
 from cotcredit.methods.rredcot import RredcotOptions, estimate, redistribute_rewards  # noqa: E402
 from cotcredit.segmentation import segment_encoded  # noqa: E402
 from cotcredit.traces import Trace  # noqa: E402
-from cotcredit.train.config import load_config  # noqa: E402
-from cotcredit.train.metrics import plot_reward_curves, read_metrics  # noqa: E402
-from cotcredit.train.run import prompt_field, prompt_ids, train  # noqa: E402
-from cotcredit.train.scoring import PolicySegmentRewards  # noqa: E402
+from cotcredit.training.config import load_config  # noqa: E402
+from cotcredit.training.metrics import plot_reward_curves, read_metrics  # noqa: E402
+from cotcredit.training.run import prompt_field, prompt_ids, train  # noqa: E402
+from cotcredit.training.scoring import PolicySegmentRewards  # noqa: E402
 
 PROBLEMS = [
     {"id": "a", "prompt": "What is 3 + 4?", "answer": "7", "solution": "3 + 4 = 7."},
@@ -144,7 +144,7 @@ def test_resume_through_the_cli(runs, mode, capsys, monkeypatch):
     out = config.parent / f"out-{mode}"
     code, _, err = cli(["train", config], capsys)  # checkpoints there: refused without --resume
     assert code == 2 and "--resume" in err and err.count("\n") == 1
-    import cotcredit.train.run as run
+    import cotcredit.training.run as run
 
     original = run.train
     monkeypatch.setattr(run, "train", lambda *a, **k: original(*a, extra_rewards=[even], **k))
@@ -159,8 +159,8 @@ def test_resume_through_the_cli(runs, mode, capsys, monkeypatch):
 
 
 def test_seed_override_and_seed_band(tmp_path, tiny_model_dir):
-    from cotcredit.train.metrics import seed_band
-    from cotcredit.train.run import _with_overrides
+    from cotcredit.training.metrics import seed_band
+    from cotcredit.training.run import _with_overrides
 
     cfg = load_config(make_config(tmp_path, tiny_model_dir, "grpo"))
     assert _with_overrides(cfg, 5, 123).seed == 123
@@ -171,7 +171,7 @@ def test_seed_override_and_seed_band(tmp_path, tiny_model_dir):
 
 
 def test_plot_seed_groups(runs, tmp_path):
-    from cotcredit.train.metrics import plot_seed_curves
+    from cotcredit.training.metrics import plot_seed_curves
 
     png = plot_seed_curves(
         {mode: [runs[mode][0].parent / f"out-{mode}"] for mode in runs}, tmp_path / "s.png",
@@ -289,7 +289,7 @@ def test_max_steps_must_be_positive(tiny_model_dir, tmp_path, capsys):
 
 def test_overwrite_starts_over_and_resume_needs_a_checkpoint(tmp_path):
     from cotcredit.errors import UserError
-    from cotcredit.train.run import _resume_checkpoint
+    from cotcredit.training.run import _resume_checkpoint
 
     with pytest.raises(UserError, match="no checkpoint to resume from"):
         _resume_checkpoint(tmp_path, True, False)

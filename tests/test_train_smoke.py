@@ -19,8 +19,8 @@ from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
-from cotcredit.train.advantages import batch_token_advantages  # noqa: E402
-from cotcredit.train.trainer import RredcotGRPOTrainer  # noqa: E402
+from cotcredit.training.advantages import batch_token_advantages  # noqa: E402
+from cotcredit.training.trainer import RredcotGRPOTrainer  # noqa: E402
 
 hf_logging.set_verbosity_error()
 hf_logging.disable_progress_bar()

@@ -15,10 +15,10 @@ import pytest
 import torch
 import transformers as tf
 
-from cotcredit.attribution import ValueFunction
 from cotcredit.errors import UserError
 from cotcredit.forcing import ForcingOptions, answer_forcing
 from cotcredit.lm import Scorer
+from cotcredit.methods.attribution import ValueFunction
 from cotcredit.methods.base import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions, estimate
 from cotcredit.segmentation import SegmentOptions, segment_encoded

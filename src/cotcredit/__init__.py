@@ -1,18 +1,41 @@
 """cotcredit: credit assignment on chain-of-thought traces.
 
-The Python API mirrors the command line::
+One function per command, with the command's behaviour (the CLI parses options, calls these,
+and prints)::
 
     import cotcredit
-    seg = cotcredit.segment("traces.jsonl", "segments.parquet", segments=8)
-    rr = cotcredit.redistribute("traces.jsonl", "rredcot.parquet")
-    mc = cotcredit.mc_baseline("traces.jsonl", "mc.parquet", segments_file="segments.parquet")
+    cotcredit.segment("traces.jsonl", "segments.parquet")
+    cotcredit.redistribute("traces.jsonl", "rredcot.parquet", segments_file="segments.parquet")
+    cotcredit.mc_baseline("traces.jsonl", "mc.parquet", segments_file="segments.parquet")
+    cotcredit.attribute("traces.jsonl", "attr.parquet", methods=["loo"])
+    cotcredit.compare(methods="rredcot,mc,loo")           # the tables in this folder
+    cotcredit.export("rredcot.parquet", "prm.jsonl", traces="traces.jsonl")
+    cotcredit.merge(["shard0.parquet", "shard1.parquet"], "all.parquet")
+    cotcredit.generate("problems.jsonl", "traces.jsonl")
+    cotcredit.train("config.yaml")
 
-`compare`, `generate` and `train` are modules of the same names (`cotcredit.compare.compare`,
-`cotcredit.generate.generate_traces`, `cotcredit.train.run.train`).
+`compare`, `export`, `merge`, `generate` and `train` are imported on first use (the report,
+training and sampling stacks are not loaded by `import cotcredit`).
 """
 
-__version__ = "0.1.0"
+from cotcredit.api import attribute, mc_baseline, redistribute, segment
+from cotcredit.version import __version__
 
-from cotcredit.api import attribute, mc_baseline, redistribute, score, segment  # noqa: E402
+_LAZY = {
+    "compare": ("cotcredit.comparison", "compare"),
+    "export": ("cotcredit.exports", "export"),
+    "merge": ("cotcredit.shards", "merge_tables"),
+    "generate": ("cotcredit.problems", "generate_traces"),
+    "train": ("cotcredit.training.run", "train"),
+}
 
-__all__ = ["__version__", "segment", "redistribute", "mc_baseline", "attribute", "score"]
+__all__ = ["__version__", "segment", "redistribute", "mc_baseline", "attribute", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'cotcredit' has no attribute {name!r}")

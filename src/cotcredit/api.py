@@ -1,20 +1,38 @@
-"""Python API: the same operations as the command line, returning pandas DataFrames."""
+"""The Python API: one function per command, doing exactly what the command does.
+
+The command line parses its options into the same option objects and calls these functions;
+what it adds is printing. Analysis functions return the run's `RunSummary` (counts, notes,
+output tables; `.frame()` reads the rows)::
+
+    import cotcredit
+    from cotcredit.methods.rredcot import RredcotOptions
+
+    run = cotcredit.redistribute("traces.jsonl", "rredcot.parquet",
+                                 options=RredcotOptions(value="rhat"))
+    df = run.frame()                      # the same as pd.read_parquet("rredcot.parquet")
+    report = cotcredit.compare(methods="rredcot,mc,loo")   # the tables in the folder
+
+Without an output path an analysis keeps its rows in memory (`frame()` still works).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-import pandas as pd
-
-from cotcredit.io import read_table
+from cotcredit import io
 from cotcredit.lm import ModelOptions, Scorer, load_scorer
 from cotcredit.pipeline import SEGMENTS, InputOptions, RunSummary, run_analysis
 from cotcredit.segmentation import SegmentOptions
 from cotcredit.traces import Trace
 
+Model = str | Path | Scorer | ModelOptions | None
+Traces = str | Path | Sequence[Trace]
 
-def _scorer(model: str | Path | Scorer | ModelOptions | None) -> Scorer:
+
+def scorer_for(model: Model) -> Scorer:
+    """A loaded scorer for a model name, path, `ModelOptions` or scorer (None: embedded)."""
     if isinstance(model, Scorer):
         return model
     if isinstance(model, ModelOptions):
@@ -22,86 +40,122 @@ def _scorer(model: str | Path | Scorer | ModelOptions | None) -> Scorer:
     return load_scorer(ModelOptions(model=None if model is None else str(model)))
 
 
-def _frame(summary: RunSummary, label: str) -> pd.DataFrame:
-    path = summary.outputs.get(label)
-    if path is not None and path.exists():
-        return read_table(path).to_pandas()
-    return pd.DataFrame(summary.rows.get(label, []))
+def _run(
+    traces: Traces,
+    methods: Mapping[str, Any],
+    output: str | Path | None,
+    *,
+    model: Model,
+    segment_options: SegmentOptions | None,
+    segments_file: str | Path | None,
+    inputs: InputOptions | None,
+    overwrite: bool,
+    progress: bool,
+    timings: bool,
+    rename: Mapping[str, str] | None = None,
+) -> RunSummary:
+    labels = [SEGMENTS] if not methods else list(methods)
+    outputs = {label: output for label in labels} if output else {}
+    return run_analysis(
+        traces, scorer_for(model), methods=dict(methods), segment_options=segment_options,
+        segments_file=segments_file, outputs=outputs, inputs=inputs, overwrite=overwrite,
+        progress=progress, timings=timings, rename=rename,
+    )
 
 
 def segment(
-    traces: str | Path | Sequence[Trace],
+    traces: Traces,
     output: str | Path | None = None,
     *,
-    model: str | Scorer | ModelOptions | None = None,
     options: SegmentOptions | None = None,
+    model: Model = None,
     inputs: InputOptions | None = None,
     overwrite: bool = False,
-    **segment_kwargs,
-) -> pd.DataFrame:
-    """Segment traces (hybrid keyword–entropy); one row per segment. Writes `output` if given.
-
-    Keyword arguments override `SegmentOptions` fields (segments=, merge=, min_tokens=, ...).
-    """
-    options = SegmentOptions(**{**(options.__dict__ if options else {}), **segment_kwargs})
-    outputs = {SEGMENTS: output} if output else {}
-    summary = run_analysis(
-        traces,
-        _scorer(model),
-        segment_options=options,
-        outputs=outputs,
-        inputs=inputs,
-        overwrite=overwrite,
-    )
-    return _frame(summary, SEGMENTS)
+    progress: bool = False,
+    timings: bool = False,
+) -> RunSummary:
+    """`cotcredit segment`: hybrid keyword–entropy segmentation, one row per segment."""
+    return _run(traces, {}, output, model=model, segment_options=options, segments_file=None,
+                inputs=inputs, overwrite=overwrite, progress=progress, timings=timings)
 
 
-def score(
-    traces: str | Path | Sequence[Trace],
-    methods: dict[str, object],
+def redistribute(
+    traces: Traces,
     output: str | Path | None = None,
     *,
-    model: str | Scorer | ModelOptions | None = None,
+    options: Any = None,
     segment_options: SegmentOptions | None = None,
     segments_file: str | Path | None = None,
+    model: Model = None,
     inputs: InputOptions | None = None,
     overwrite: bool = False,
-) -> pd.DataFrame:
-    """Run methods (name -> options or None) on one shared segmentation; rows of all methods."""
-    outputs = {name: output for name in methods} if output else {}
-    summary = run_analysis(
-        traces,
-        _scorer(model),
-        methods=methods,
-        segment_options=segment_options,
-        segments_file=segments_file,
-        outputs=outputs,
-        inputs=inputs,
-        overwrite=overwrite,
-    )
-    if output:
-        return read_table(output).to_pandas()
-    return pd.DataFrame([r for lab, rs in summary.rows.items() if lab != SEGMENTS for r in rs])
+    progress: bool = False,
+    timings: bool = False,
+    label: str | None = None,
+) -> RunSummary:
+    """`cotcredit redistribute`: RREDCoT segment rewards (`methods.rredcot.RredcotOptions`).
+    `label` names the rows' method (e.g. "rredcot-rhat" for a variant compared with others)."""
+    return _run(traces, {"rredcot": options}, output, model=model,
+                segment_options=segment_options, segments_file=segments_file, inputs=inputs,
+                overwrite=overwrite, progress=progress, timings=timings,
+                rename={"rredcot": label} if label else None)
 
 
-def redistribute(traces, output=None, *, options=None, **kwargs) -> pd.DataFrame:
-    """RREDCoT segment rewards (see `cotcredit.methods.rredcot`)."""
-    from cotcredit.methods.rredcot import RredcotOptions
+def mc_baseline(
+    traces: Traces,
+    output: str | Path | None = None,
+    *,
+    options: Any = None,
+    segment_options: SegmentOptions | None = None,
+    segments_file: str | Path | None = None,
+    model: Model = None,
+    inputs: InputOptions | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    timings: bool = False,
+    label: str | None = None,
+) -> RunSummary:
+    """`cotcredit mc-baseline`: Monte Carlo rollout values (`methods.mc.McOptions`). With
+    `overwrite`, the rollouts table of `options.save_rollouts` is replaced too."""
+    if overwrite and options is not None and options.save_rollouts:
+        path = Path(options.save_rollouts)
+        if path.exists():
+            io.remove_table(path)
+    return _run(traces, {"mc": options}, output, model=model, segment_options=segment_options,
+                segments_file=segments_file, inputs=inputs, overwrite=overwrite,
+                progress=progress, timings=timings, rename={"mc": label} if label else None)
 
-    return score(traces, {"rredcot": options or RredcotOptions()}, output, **kwargs)
+
+ATTRIBUTION_METHODS = ("loo", "shapley", "gradient")
 
 
-def mc_baseline(traces, output=None, *, options=None, **kwargs) -> pd.DataFrame:
-    """Monte Carlo rollout values per segment (see `cotcredit.methods.mc`)."""
-    from cotcredit.methods.mc import McOptions
+def attribute(
+    traces: Traces,
+    output: str | Path | None = None,
+    *,
+    methods: Mapping[str, Any] | Sequence[str] = ("loo", "shapley"),
+    segment_options: SegmentOptions | None = None,
+    segments_file: str | Path | None = None,
+    model: Model = None,
+    inputs: InputOptions | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    timings: bool = False,
+) -> RunSummary:
+    """`cotcredit attribute`: leave-one-out, Shapley and gradient attribution into one table;
+    `methods` is a list of names (default options) or a mapping name -> options."""
+    from cotcredit.errors import UserError
 
-    return score(traces, {"mc": options or McOptions()}, output, **kwargs)
-
-
-def attribute(traces, output=None, *, methods: dict[str, object] | Sequence[str] = ("loo", "shapley"),
-              **kwargs) -> pd.DataFrame:
-    """Leave-one-out, Shapley and gradient attribution on the segments; `methods` is a list of
-    names (default options) or a mapping name -> options."""
-    if not isinstance(methods, dict):
+    if not isinstance(methods, Mapping):
         methods = {name: None for name in methods}
-    return score(traces, methods, output, **kwargs)
+    bad = [m for m in methods if m not in ATTRIBUTION_METHODS]
+    if bad or not methods:
+        raise UserError(
+            f"--method: unknown method '{','.join(bad)}' (use a comma-separated list of "
+            f"{', '.join(ATTRIBUTION_METHODS)})"
+        )
+    return _run(traces, methods, output, model=model, segment_options=segment_options,
+                segments_file=segments_file, inputs=inputs, overwrite=overwrite,
+                progress=progress, timings=timings)
+
+

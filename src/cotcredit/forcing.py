@@ -18,6 +18,7 @@ the tokenizer's choice between "}" and "}$" does not matter.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from cotcredit.encoding import Parts, encode_parts
@@ -43,6 +44,11 @@ class ForcingOptions:
         metadata={"help": "Multiply p(Y*) by the mass of tokens starting with this string "
                   "(the answer ends there); '' to disable."},
     )
+
+
+def resolved(scorer, options: ForcingOptions) -> ForcingOptions:
+    """`options` with the exit string this run uses (chosen from the model when not given)."""
+    return dataclasses.replace(options, exit_string=answer_forcing(scorer, options).exit_string)
 
 
 def thinks_in_tags(tokenizer) -> bool:

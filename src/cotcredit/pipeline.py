@@ -10,10 +10,11 @@ of the output folders; the main process then compacts them and reports for the w
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -21,25 +22,42 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cotcredit import __version__, distributed, io
+from cotcredit import distributed, io
 from cotcredit.errors import UserError
 from cotcredit.lm import Scorer
 from cotcredit.methods import TraceContext, get_method
+from cotcredit.options import check_choices, option
 from cotcredit.segmentation import SegmentOptions, segment_encoded, segmentation_from_rows
 from cotcredit.tables import TableWriter, check_finite, rows_by_trace, run_key, table_schema
-from cotcredit.traces import FieldNames, Trace, TraceError, iter_traces
+from cotcredit.traces import FieldOptions, Trace, TraceError, iter_traces
+from cotcredit.version import __version__
 
 SEGMENTS = "segments"  # the output label of the segmentation itself
 
 
 @dataclass
-class InputOptions:
-    """Which traces are read and how bad lines are treated."""
+class InputOptions(FieldOptions):
+    """Which traces are read (keys, slice, limit) and how bad lines are treated."""
 
-    fields: FieldNames = field(default_factory=FieldNames)
-    on_error: str = "raise"  # raise | skip
-    max_traces: int | None = None
-    shard: tuple[int, int] | None = None  # (i, n): process traces whose id hashes to i mod n
+    on_error: str = option(
+        "raise", choices=("raise", "skip"),
+        help="raise: stop at the first bad trace; skip: skip it, report it, go on.",
+    )
+    max_traces: int | None = option(None, help="Process at most this many traces.")
+    shard: str | tuple[int, int] | None = option(
+        None, help="i/n: process only the i-th of n deterministic slices of the traces."
+    )
+
+    def shard_slice(self) -> tuple[int, int] | None:
+        """(i, n) of --shard i/n, or None."""
+        return parse_shard(self.shard) if isinstance(self.shard, str) else self.shard
+
+    def validate(self) -> InputOptions:
+        check_choices(self)
+        self.shard_slice()
+        if self.max_traces is not None and self.max_traces < 0:
+            raise UserError(f"--max-traces must be 0 or more, got {self.max_traces}")
+        return self
 
 
 @dataclass
@@ -60,6 +78,19 @@ class RunSummary:
     rows: dict[str, list[dict]] = field(default_factory=dict)  # label -> rows (no outputs only)
     paths: dict[str, Path] = field(default_factory=dict)  # row label -> table it was written to
     main: bool = True
+
+    def frame(self, label: str | None = None):
+        """The rows as a pandas DataFrame: the whole output table of `label` (default: the
+        run's method, else the segmentation), resumed traces included; without an output,
+        the rows this run kept."""
+        import pandas as pd
+
+        labels = list(self.paths) or list(self.rows)
+        label = label or next((lab for lab in labels if lab != SEGMENTS), SEGMENTS)
+        path = self.paths.get(label)
+        if path is not None and path.exists():
+            return io.read_table(path).to_pandas()
+        return pd.DataFrame(self.rows.get(label, []))
 
     def read_rows(
         self, label: str, trace_id: str | None = None, columns: list[str] | None = None
@@ -125,7 +156,7 @@ def stream_traces(
         raise UserError(f"--max-traces must be 0 or more, got {inputs.max_traces}")
     if not isinstance(source, (str, Path)):
         return iter(list(source))
-    items = iter_traces(source, inputs.fields, inputs.on_error)
+    items = iter_traces(source, inputs.names(), inputs.on_error)
     first = next(items, None)  # raises for an empty file or a bad first line
     return itertools.chain([first] if first is not None else [], items)
 
@@ -141,7 +172,7 @@ def select(
     taken = 0
     for pos, item in enumerate(items):
         if isinstance(item, Trace):
-            if not in_shard(item.id, inputs.shard):
+            if not in_shard(item.id, inputs.shard_slice()):
                 continue
             taken += 1
         yield pos, item
@@ -227,6 +258,7 @@ def run_analysis(
     progress: bool = False,
     keep_rows: bool = True,
     timings: bool = False,
+    rename: Mapping[str, str] | None = None,
 ) -> RunSummary:
     """Segment every trace once and run each method on that segmentation.
 
@@ -234,10 +266,11 @@ def run_analysis(
     (`"segments"`, a method name, or a row label such as `gradient-ig`) to a Parquet path; rows of
     labels sharing a path go into one table. Without any output path the rows are returned in
     `summary.rows` (unless `keep_rows=False`). `timings` adds `cost_seconds` (wall seconds per
-    trace and method) to the tables; token counts are always there.
+    trace and method) to the tables; token counts are always there. `rename` maps a method's
+    row label to the label its rows get (e.g. {"rredcot": "rredcot-rhat"} for a variant).
     """
     t_start = time.perf_counter()
-    inputs = inputs or InputOptions()
+    inputs = (inputs or InputOptions()).validate()
     seg_opts = (segment_options or SegmentOptions()).validate()
     methods = methods or {}
     specs = {name: get_method(name) for name in methods}
@@ -247,6 +280,8 @@ def run_analysis(
     for o in opts.values():
         if hasattr(o, "validate"):
             o.validate()
+    # What the run decides once (e.g. the exit string from the model) goes into the metadata.
+    opts = {name: specs[name].prepare(scorer, o) for name, o in opts.items()}
     stored = rows_by_trace(segments_file) if segments_file else None
     seg_source: Any = (
         {"file": str(segments_file), "sha256": _table_digest(Path(segments_file))}
@@ -259,9 +294,13 @@ def run_analysis(
     summary.main = procs.main
 
     # Labels -> output label used for writing; each output path gets one writer.
+    rename = dict(rename or {})
     labels: dict[str, str] = {SEGMENTS: SEGMENTS}
+    owner: dict[str, str] = {}  # row label -> method
     for name, spec in specs.items():
         for lab in spec.labels(opts[name]):
+            lab = rename.get(lab, lab)
+            owner[lab] = name
             labels[lab] = lab if lab in summary.outputs else name
     by_path: dict[Path, list[str]] = {}
     for lab, out in labels.items():
@@ -274,11 +313,11 @@ def run_analysis(
     base_spec = {
         "model": scorer.describe(),
         "segmentation": seg_source,
-        "fields": _plain(inputs.fields),
+        "fields": _plain(inputs.names()),
     }
     writers: dict[Path, TableWriter] = {}
     for path, labs in by_path.items():
-        names = sorted({lab if lab == SEGMENTS else get_method(lab).name for lab in labs})
+        names = sorted({lab if lab == SEGMENTS else owner[lab] for lab in labs})
         spec = {
             **base_spec,
             "outputs": sorted(labs),
@@ -293,7 +332,7 @@ def run_analysis(
             "cotcredit_version": __version__,
             "created": time.time(),
             # Which slice this table holds (not in the key: `cotcredit merge` joins the shards).
-            "shard": f"{inputs.shard[0]}/{inputs.shard[1]}" if inputs.shard else None,
+            "shard": "/".join(map(str, inputs.shard_slice())) if inputs.shard else None,
             **spec,
         }
         schema = table_schema(
@@ -330,7 +369,7 @@ def run_analysis(
             try:
                 rows = _score_trace(
                     trace, scorer, specs, opts, seg_opts, stored, segments_file,
-                    needs_segments, summary, timings,
+                    needs_segments, summary, timings, rename,
                 )
             except (UserError, TraceError) as e:
                 if inputs.on_error != "skip":
@@ -354,14 +393,18 @@ def run_analysis(
             # Interrupted or failed: still leave one file per table, never hiding the original
             # error. (Launched, the other processes may be merging their parts: the next run
             # compacts.)
-            for w in writers.values():
+            closers = [w.close for w in writers.values()]
+            closers += [functools.partial(spec.finish, opts[n]) for n, spec in specs.items()]
+            for close in closers:
                 try:
-                    w.close()
+                    close()
                 except Exception:  # noqa: BLE001
                     pass
     if procs.count > 1:
         procs.wait()  # every process's parts are written
         _gather(summary, procs)
+    for name, spec in specs.items():  # e.g. compact a method's own tables (main process)
+        spec.finish(opts[name])
     if procs.main:
         for w in writers.values():
             w.close()
@@ -391,12 +434,12 @@ def _generated_tokens(scorer: Scorer) -> int:
 
 def _score_trace(
     trace, scorer, specs, opts, seg_opts, stored, segments_file, needs_segments,
-    summary: RunSummary, timed: bool,
+    summary: RunSummary, timed: bool, rename: Mapping[str, str],
 ) -> dict[str, list[dict]]:
     t0, f0 = time.perf_counter(), _forward_tokens(scorer)
     reserve = max([spec.reserve(scorer, trace, opts[n]) for n, spec in specs.items()] or [0])
     enc = scorer.encode(trace, reserve=reserve)
-    fwd = scorer.forward(enc.ids, keep_cache=bool(specs))
+    fwd = scorer.forward(enc.ids, keep_cache=bool(specs), stats_from=enc.prompt_len)
     if stored is not None:
         if trace.id not in stored:
             raise UserError(f"{segments_file}: has no segmentation for trace '{trace.id}'")
@@ -419,12 +462,13 @@ def _score_trace(
         if timed:
             cost["cost_seconds"] = time.perf_counter() - t0
         for lab, per_seg in result.items():
+            lab = rename.get(lab, lab)
             if len(per_seg) != len(base):
                 raise RuntimeError(
                     f"method {name} returned {len(per_seg)} rows for {len(base)} segments"
                 )
             rows[lab] = [{**b, "method": lab, **r, **cost} for b, r in zip(base, per_seg)]
-    for note in ctx.notes:
+    for note in [*ctx.notes, *scorer.notes]:
         if note not in summary.notes:
             summary.notes.append(note)
     fwd.cache = None

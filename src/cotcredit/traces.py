@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cotcredit.errors import UserError
+from cotcredit.options import option
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
@@ -40,6 +41,27 @@ class FieldNames:
         """Return a copy where each given field is read from the one named key only."""
         updates = {k: (v,) for k, v in names.items() if v}
         return FieldNames(**{**self.__dict__, **updates})
+
+
+@dataclass
+class FieldOptions:
+    """Which JSON keys hold each part of a trace (or problem)."""
+
+    prompt_field: str | None = option(None, help="JSON key of the prompt.")
+    response_field: str | None = option(None, help="JSON key of the response.")
+    answer_field: str | None = option(None, help="JSON key of the reference answer.")
+    solution_field: str | None = option(None, help="JSON key of the reference solution.")
+    outcome_field: str | None = option(None, help="JSON key of the outcome (bool or number).")
+    id_field: str | None = option(None, help="JSON key of the trace id.")
+    # The keys tried for each part (Python API); a *_field option names the one key to read.
+    fields: FieldNames = field(default_factory=FieldNames)
+
+    def names(self) -> FieldNames:
+        """The JSON keys read for each part of a trace."""
+        return self.fields.override(
+            prompt=self.prompt_field, response=self.response_field, answer=self.answer_field,
+            solution=self.solution_field, outcome=self.outcome_field, id=self.id_field,
+        )
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,14 @@ class MethodSpec:
     # ("redistribute", "rredcot.parquet"); "TRACES" stands for the traces file.
     command: str = ""
     default_output: str = ""
+    # Once per run, before the first trace: options with everything the run decides filled in
+    # (e.g. the exit string chosen from the model), so the table metadata records it.
+    # Options `compare` offers as flags of its own: {flag name: option field}, e.g.
+    # {"rollouts": "rollouts"} gives `compare --rollouts`.
+    shortcuts: dict[str, str] = field(default_factory=dict)
+    prepare: Callable[[Scorer, Any], Any] = lambda scorer, options: options
+    # Once per run, after the last trace (also after an error): close what the method opened.
+    finish: Callable[[Any], None] = lambda options: None
 
     def __post_init__(self) -> None:
         if not self.all_labels:

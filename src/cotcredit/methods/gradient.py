@@ -1,6 +1,6 @@
 """Gradient attribution of the answer's log-probability to the segments (captum).
 
-The target is the same scalar as every attribution method (`cotcredit.attribution`), here at
+The target is the same scalar as every attribution method (`cotcredit.methods.attribution`), here at
 the full trace, f = log p(Y* | prompt ⊕ reasoning ⊕ E) [+ log terminator mass], seen as a
 function of the input embeddings x_i ∈ R^d of the reasoning tokens (prompt, E and Y* fixed).
 captum computes a token × hidden attribution a_i for each reasoning token:
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from cotcredit.attribution import EmbeddingTarget, TargetOptions
 from cotcredit.errors import UserError
+from cotcredit.methods.attribution import EmbeddingTarget, TargetOptions, resolve_target
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import option
 
@@ -156,6 +156,7 @@ SPEC = MethodSpec(
     columns={"l2": "float64", "delta": "float64", "steps": "int64", "value_full": "float64", "value_baseline": "float64"},
     order=4,
     all_labels=tuple(f"gradient-{k}" for k in KINDS),
+    prepare=resolve_target,
     command="cotcredit attribute TRACES --method gradient",
     default_output="attr.parquet",
 )

@@ -1,6 +1,6 @@
 """Leave-one-out: how much the answer's log-probability drops when one segment is deleted.
 
-With the attribution target of `cotcredit.attribution`,
+With the attribution target of `cotcredit.methods.attribution`,
 
     f(S) = log p(Y* | prompt ⊕ reasoning restricted to the segments in S ⊕ E),
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cotcredit.attribution import TargetOptions, value_function
+from cotcredit.methods.attribution import TargetOptions, resolve_target, value_function
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import option
 
@@ -74,6 +74,7 @@ SPEC = MethodSpec(
     description="leave-one-out: f(all) − f(all but segment k), f = log p(Y* | reasoning ⊕ E)",
     columns={"value_full": "float64", "value_without": "float64"},
     order=2,
+    prepare=resolve_target,
     command="cotcredit attribute TRACES --method loo",
     default_output="attr.parquet",
 )

@@ -53,9 +53,9 @@ import pyarrow as pa
 
 from cotcredit import grading
 from cotcredit.errors import UserError
-from cotcredit.generation import SamplingOptions, get_generator, parse_engine_args
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import check_choices, option
+from cotcredit.sampling import SamplingOptions, get_generator, parse_engine_args
 from cotcredit.tables import TableWriter, run_key
 
 
@@ -259,37 +259,40 @@ ROLLOUT_SCHEMA = pa.schema([
 ])
 
 
-class _RolloutWriter(TableWriter):
-    """TableWriter with a fixed schema (an all-None `answer` column must stay a string)."""
-
-    def append(self, rows: list[dict]) -> None:
-        if not rows:
-            return
-        self._batches.append(pa.Table.from_pylist(rows, schema=ROLLOUT_SCHEMA))
-        self.done.update(r["trace_id"] for r in rows)
-        self._flush()
+# One writer per rollouts table and run (opened at its first trace, closed by `finish`): a
+# writer reads what the table holds once, so opening one per trace would cost O(traces) each.
+_WRITERS: dict[str, TableWriter] = {}
 
 
 def rollouts_run_key(ctx: TraceContext, options: McOptions) -> str:
-    opts = {k: v for k, v in asdict(options).items() if k not in ("save_rollouts", "batch_size")}
-    return run_key({"model": ctx.scorer.describe(), "mc": opts, "table": "rollouts"})
+    opts = {k: v for k, v in asdict(options).items() if k not in McOptions.NOT_IN_RUN_KEY}
+    return run_key({"model": ctx.scorer.run_identity(), "mc": opts, "table": "rollouts"})
 
 
 def save_rollouts(ctx: TraceContext, options: McOptions, rollouts: list[Rollout]) -> None:
-    """Append one trace's rollouts to `options.save_rollouts` (atomic rewrite; resumable)."""
-    from cotcredit import __version__
+    """Append one trace's rollouts to the table `options.save_rollouts` (resumable)."""
+    from cotcredit.version import __version__
 
     key = rollouts_run_key(ctx, options)
-    meta = {"run_id": key, "cotcredit_version": __version__, "table": "mc rollouts",
-            "model": ctx.scorer.describe(),
-            "mc": {k: v for k, v in asdict(options).items() if k != "save_rollouts"}}
-    # Opened per trace (it rereads the file): nothing stale survives between runs.
-    writer = _RolloutWriter(Path(options.save_rollouts), meta)
+    writer = _WRITERS.get(options.save_rollouts)
+    if writer is None or writer.key != key:
+        meta = {"run_id": key, "cotcredit_version": __version__, "table": "mc rollouts",
+                "model": ctx.scorer.describe(),
+                "mc": {k: v for k, v in asdict(options).items() if k != "save_rollouts"}}
+        writer = TableWriter(Path(options.save_rollouts), meta, schema=ROLLOUT_SCHEMA)
+        _WRITERS[options.save_rollouts] = writer
     if ctx.trace.id in writer.done:  # resumed after the rollouts but before the scores were saved
         return
     writer.append([
         {"run_id": key, "trace_id": ctx.trace.id, **asdict(r)} for r in rollouts
     ])
+
+
+def finish(options: McOptions) -> None:
+    """Close (compact) the run's rollouts table."""
+    writer = _WRITERS.pop(options.save_rollouts, None) if options.save_rollouts else None
+    if writer is not None:
+        writer.close()
 
 
 def reserve(scorer, trace, options: McOptions) -> int:
@@ -306,5 +309,7 @@ SPEC = MethodSpec(
     columns={"score_half_a": "float64", "score_half_b": "float64", "value_before": "float64", "value_after": "float64", "stderr": "float64", "n_rollouts": "int64", "n_correct": "int64", "n_truncated": "int64", "interpolated": "bool", "trace_rollouts": "int64", "trace_truncated": "int64", "truncated_policy": "string", "score_note": "string"},
     order=1,
     command="cotcredit mc-baseline TRACES",
+    finish=finish,
+    shortcuts={"rollouts": "rollouts", "max_new_tokens": "max_new_tokens"},
     default_output="mc.parquet",
 )

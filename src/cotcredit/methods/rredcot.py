@@ -32,11 +32,12 @@ boundary in packed passes on its KV cache (see `Scorer.score_continuations`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from cotcredit.errors import UserError
-from cotcredit.forcing import ForcingOptions, answer_forcing
+from cotcredit.forcing import ForcingOptions, answer_forcing, resolved
 from cotcredit.lm import Continuation
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import check_choices, option
@@ -223,5 +224,6 @@ SPEC = MethodSpec(
     columns={"r_hat": "float64", "v_hat": "float64", "r_hat_before": "float64", "v_hat_before": "float64", "g_before": "float64", "g_after": "float64", "correction": "float64", "outcome": "float64", "terminal": "float64", "space": "string", "sum_to": "string"},
     order=0,
     command="cotcredit redistribute TRACES",
+    prepare=lambda scorer, o: dataclasses.replace(o, forcing=resolved(scorer, o.forcing)),
     default_output="rredcot.parquet",
 )

@@ -1,7 +1,7 @@
 """Shapley values of the segments for the answer's log-probability.
 
 Players are the K segments; the value of a coalition S is the attribution target of
-`cotcredit.attribution`, f(S) = log p(Y* | prompt ⊕ reasoning restricted to S ⊕ E) (absent
+`cotcredit.methods.attribution`, f(S) = log p(Y* | prompt ⊕ reasoning restricted to S ⊕ E) (absent
 segments deleted, or replaced by `baseline_text`). The Shapley value of segment k is
 
     φ_k = Σ_{S ⊆ N \\ {k}} |S|! (K − |S| − 1)! / K! · (f(S ∪ {k}) − f(S))
@@ -34,8 +34,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from cotcredit.attribution import TargetOptions, ValueFunction, value_function
 from cotcredit.errors import UserError
+from cotcredit.methods.attribution import (
+    TargetOptions,
+    ValueFunction,
+    resolve_target,
+    value_function,
+)
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import check_choices, option
 
@@ -194,6 +199,8 @@ SPEC = MethodSpec(
     description="Shapley values of segments for f = log p(Y* | reasoning ⊕ E) (shap or captum)",
     columns={"backend": "string", "exact": "bool", "samples": "int64", "coalitions": "int64", "value_full": "float64", "value_empty": "float64"},
     order=3,
+    prepare=resolve_target,
+    shortcuts={"shapley_samples": "samples"},
     command="cotcredit attribute TRACES --method shapley",
     default_output="attr.parquet",
 )

@@ -44,7 +44,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from cotcredit.errors import UserError
-from cotcredit.train.advantages import DEFAULT_FLOOR, DEFAULT_STRENGTH
+from cotcredit.training.advantages import DEFAULT_FLOOR, DEFAULT_STRENGTH
 
 
 class _Section(BaseModel):
@@ -60,7 +60,7 @@ class _Section(BaseModel):
         return value
 
 
-class RredcotOptions(_Section):
+class RredcotTrainingOptions(_Section):
     """How segment rewards are computed (by the RREDCoT scorer) and turned into advantages."""
 
     segments: int = Field(8, ge=1)  # target number of reasoning segments per completion
@@ -122,7 +122,7 @@ class TrainConfig(_Section):
     output_dir: Path
     seed: int = 42
     advantage: Literal["grpo", "rredcot"] = "rredcot"
-    rredcot: RredcotOptions = RredcotOptions()
+    rredcot: RredcotTrainingOptions = RredcotTrainingOptions()
     grpo: GrpoOptions = GrpoOptions()
     eval: EvalOptions = EvalOptions()
 

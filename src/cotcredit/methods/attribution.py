@@ -28,6 +28,7 @@ LOO's "all but k" blocks share nothing: its cost is Σ_k (tokens after segment k
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ import numpy as np
 import torch
 
 from cotcredit.errors import UserError
-from cotcredit.forcing import ForcingOptions, answer_forcing
+from cotcredit.forcing import ForcingOptions, answer_forcing, resolved
 from cotcredit.lm import Continuation, Scorer
 from cotcredit.methods.base import TraceContext
 from cotcredit.options import check_choices, option
@@ -63,6 +64,14 @@ class TargetOptions:
         if self.baseline_text is not None and self.baseline_text == "":
             raise UserError("--baseline-text must not be empty (omit it to delete absent segments)")
         return self
+
+
+def resolve_target(scorer, options):
+    """`prepare` of loo, shapley and gradient: their target's exit string chosen for the run."""
+    target = options.target
+    return dataclasses.replace(
+        options, target=dataclasses.replace(target, forcing=resolved(scorer, target.forcing))
+    )
 
 
 def _as_masks(masks, K: int) -> np.ndarray:

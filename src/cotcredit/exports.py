@@ -33,6 +33,8 @@ import numpy as np
 import pandas as pd
 
 from cotcredit.errors import UserError
+from cotcredit.options import check_choices, option
+from cotcredit.traces import FieldNames
 
 __all__ = ["EXPORT_FORMATS", "ExportResult", "export_scores"]
 
@@ -218,3 +220,43 @@ def export_scores(
     return ExportResult(
         path=out, format=format, method=chosen, n_written=len(lines), skipped_nan=skipped
     )
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What `cotcredit export` writes."""
+
+    format: str = option(
+        "trl-stepwise", choices=EXPORT_FORMATS,
+        help="trl-stepwise: TRL stepwise-supervision (prompt, completions, labels); jsonl: "
+        "nested records.",
+    )
+    threshold: float = option(0.0, help="trl-stepwise: label = score > threshold.")
+    method: str | None = option(None, help="Method to export when the table holds several.")
+
+
+def export(
+    scores: str | Path,
+    output: str | Path = "prm.jsonl",
+    *,
+    traces: str | Path | None = None,
+    options: ExportOptions | None = None,
+    fields: FieldNames = FieldNames(),
+) -> ExportResult:
+    """`cotcredit export`: one method's segment credits from a score table, with each trace's
+    prompt read from `traces` (the file the scores were computed from; lines that do not parse
+    are passed over)."""
+    from cotcredit.report import load_scores
+    from cotcredit.traces import iter_traces
+
+    options = options or ExportOptions()
+    check_choices(options)
+    if traces is None:
+        raise UserError("export: pass --traces traces.jsonl (the prompts are read from it)")
+    prompts = {
+        t.id: t.prompt for t in iter_traces(traces, fields, on_error="skip")
+        if not isinstance(t, UserError)
+    }
+    table = load_scores([scores])
+    return export_scores(table, prompts, Path(output), format=options.format,
+                         threshold=options.threshold, method=options.method)

@@ -42,7 +42,7 @@ import torch
 from trl import GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 
-from cotcredit.train.advantages import (
+from cotcredit.training.advantages import (
     DEFAULT_FLOOR,
     DEFAULT_STRENGTH,
     MODES,

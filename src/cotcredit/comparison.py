@@ -22,7 +22,7 @@ import pandas as pd
 from cotcredit.errors import UserError
 from cotcredit.lm import Scorer
 from cotcredit.methods import get_method, label_to_method, method_order, registry
-from cotcredit.options import build_options, parse_sets, read_config
+from cotcredit.options import build_options, option, parse_sets, read_config
 from cotcredit.pipeline import SEGMENTS, InputOptions, RunSummary, run_analysis
 from cotcredit.report import (
     Correlations,
@@ -47,6 +47,7 @@ class CompareResult:
     correlations: Correlations
     files: ReportFiles
     sources: dict[str, Path] = field(default_factory=dict)  # row label -> table it came from
+    run: RunSummary | None = None  # the analysis run, when compare ran the methods
 
     def costs(self) -> pd.DataFrame | None:
         """Mean seconds and tokens per trace of each method (None: no table records costs)."""
@@ -60,6 +61,30 @@ def parse_methods(methods: str | Sequence[str]) -> list[str]:
     if not names:
         raise UserError("--methods: name at least one method")
     return names
+
+
+def shortcut_fields() -> dict[str, tuple[str, str]]:
+    """compare's shortcut flags from the registry: flag name -> (method, option field)."""
+    return {flag: (name, target) for name, spec in registry().items()
+            for flag, target in spec.shortcuts.items()}
+
+
+def _shortcut_options() -> type:
+    """A dataclass with one optional field per shortcut flag, typed and documented like the
+    method option it sets (None: the method's default)."""
+    import dataclasses
+    import typing
+
+    fields = []
+    for flag, (name, target) in shortcut_fields().items():
+        cls = registry()[name].options_type
+        f = {f.name: f for f in dataclasses.fields(cls)}[target]
+        hint = typing.get_type_hints(cls)[target]
+        fields.append((flag, hint | None, option(None, help=f"{name}: {f.metadata['help']}")))
+    return dataclasses.make_dataclass("Shortcuts", fields, frozen=True)
+
+
+Shortcuts = _shortcut_options()
 
 
 def method_options(
@@ -88,14 +113,13 @@ def method_options(
         if name not in mapping:
             raise UserError(f"--set {name}.…: method '{name}' is not among --methods")
         mapping[name].update(opts)
-    short = {
-        "rollouts": ("mc", "rollouts"),
-        "max_new_tokens": ("mc", "max_new_tokens"),
-        "shapley_samples": ("shapley", "samples"),
-    }
+    short = shortcut_fields()
     for key, value in shortcuts.items():
-        if value is not None and short[key][0] in mapping:
-            mapping[short[key][0]][short[key][1]] = value
+        if key not in short:
+            raise UserError(f"compare: unknown shortcut '{key}' (known: {', '.join(short)})")
+        name, target = short[key]
+        if value is not None and name in mapping:
+            mapping[name][target] = value
     kinds = [n.split("-", 1)[1] for n in names if n.startswith("gradient-")]
     if kinds and "kinds" not in mapping.get("gradient", {}):
         mapping["gradient"]["kinds"] = ",".join(kinds)
@@ -113,6 +137,7 @@ def run_methods(
     inputs: InputOptions | None = None,
     overwrite: bool = False,
     progress: bool = False,
+    timings: bool = False,
 ) -> tuple[RunSummary, list[Path]]:
     """Run every method on one segmentation per trace; one Parquet file per method in out_dir."""
     out_dir = Path(out_dir)
@@ -131,6 +156,7 @@ def run_methods(
         overwrite=overwrite,
         progress=progress,
         keep_rows=False,
+        timings=timings,
     )
     return summary, [outputs[name] for name in options]
 
@@ -280,38 +306,78 @@ def compare_folder(
     return compare_scores(paths, out, methods=list(sources), sources=sources, **kwargs)
 
 
+@dataclass(frozen=True)
+class ReportOptions:
+    """How `compare` summarises agreement between methods."""
+
+    reference: str = option("mc", help="Method the position and top-1 analyses compare against.")
+    bootstrap: int = option(2000, help="Bootstrap resamples of traces for the CIs.")
+    min_segments: int = option(3, help="Traces with fewer segments are counted, not correlated.")
+
+
 def compare(
     traces=None,
-    methods: str | list[str] = "rredcot,mc,loo",
-    out_dir: str | Path | None = None,
+    methods: str | Sequence[str] = "rredcot,mc,loo",
+    output: str | Path | None = None,
     *,
+    scores: Sequence[str | Path] | None = None,
     folder: str | Path = ".",
-    scorer: Scorer | None = None,
-    config: Path | None = None,
-    reference: str = "mc",
-    n_boot: int = 2000,
-    min_segments: int = 3,
-    seed: int = 0,
-    **kwargs: Any,
-) -> CompareResult:
-    """Python API of `cotcredit compare`.
+    model: Any = None,
+    options: Mapping[str, Any] | None = None,
+    config: str | Path | None = None,
+    sets: Sequence[str] | None = None,
+    shortcuts: Mapping[str, Any] | None = None,
+    report: ReportOptions | None = None,
+    segment_options: SegmentOptions | None = None,
+    segments_file: str | Path | None = None,
+    inputs: InputOptions | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    timings: bool = False,
+) -> CompareResult | None:
+    """`cotcredit compare`: correlate methods on one segmentation and write the report.
 
-    With ``traces`` (a JSONL path or traces): run ``methods`` on one segmentation, write their
-    tables and the report into ``out_dir`` (default ``report``); ``kwargs`` go to
-    ``run_methods``. Without: correlate the score tables already in ``folder``
-    (``compare_folder``), report in ``out_dir`` (default ``folder/report``).
+    Three ways to get the scores:
+
+    * ``traces`` (a JSONL path or traces): run ``methods`` on one segmentation, their tables and
+      the report going to ``output`` (default ``report``). Method options: ``options`` (name ->
+      options object), else built from ``config`` (YAML/TOML/JSON), ``sets``
+      ("mc.rollouts=4") and ``shortcuts`` ({"rollouts": 4}, see `shortcut_fields`).
+    * ``scores``: the named score tables; report in ``output`` (default ``report``).
+    * neither: the score tables of ``methods`` found in ``folder`` (`find_score_tables`);
+      report in ``output`` (default ``folder/report``).
+
+    Under a launcher every process scores its share and only the main process writes the
+    report (the others return None).
     """
-    stats = {"reference": reference, "n_boot": n_boot, "min_segments": min_segments, "seed": seed}
-    if traces is None:
-        if kwargs or scorer is not None or config is not None:
-            given = [*kwargs, *(["scorer"] if scorer else []), *(["config"] if config else [])]
-            raise UserError(
-                f"compare: {', '.join(given)} only apply when running methods on traces"
-            )
-        return compare_folder(folder, methods, out_dir, **stats)
-    from cotcredit.lm import load_scorer
+    report = report or ReportOptions()
+    stats = {"reference": report.reference, "n_boot": report.bootstrap,
+             "min_segments": report.min_segments}
+    running = {"model": model, "options": options, "config": config, "sets": sets,
+               "shortcuts": shortcuts, "segments_file": segments_file}
+    given = [k for k, v in running.items() if v]
+    if traces is None and scores is None:
+        if given:
+            raise UserError(f"compare: {', '.join(given)} only apply when running methods on "
+                            "a traces file")
+        return compare_folder(folder, methods, output, **stats)
+    if scores is not None:
+        if traces is not None or given:
+            raise UserError("compare --scores: give score tables only (no traces or method options)")
+        return compare_scores(list(scores), output or REPORT_FOLDER, **stats)
+    from cotcredit.api import scorer_for
 
-    out = Path(out_dir) if out_dir is not None else Path(REPORT_FOLDER)
-    opts = method_options(methods, config)
-    _, files = run_methods(traces, scorer or load_scorer(), opts, out, **kwargs)
-    return compare_scores(files, out, **stats)
+    out = Path(output) if output is not None else Path(REPORT_FOLDER)
+    opts = dict(options) if options else method_options(
+        methods, Path(config) if config else None, list(sets or []), **(shortcuts or {})
+    )
+    summary, files = run_methods(
+        traces, scorer_for(model), opts, out, segment_options=segment_options,
+        segments_file=segments_file, inputs=inputs, overwrite=overwrite, progress=progress,
+        timings=timings,
+    )
+    if not summary.main:
+        return None
+    result = compare_scores(files, out, **stats)
+    result.run = summary
+    return result

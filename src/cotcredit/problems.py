@@ -30,10 +30,11 @@ from pathlib import Path
 
 from cotcredit import grading
 from cotcredit.errors import UserError
-from cotcredit.generation import SamplingOptions, get_generator, parse_engine_args
 from cotcredit.options import check_choices, option
+from cotcredit.sampling import SamplingOptions, get_generator, parse_engine_args
 from cotcredit.traces import (
     FieldNames,
+    FieldOptions,
     TraceError,
     check_jsonl_file,
     decode_line,
@@ -83,6 +84,17 @@ class GenerateOptions:
         parse_engine_args(self.vllm_args, self.backend)
         self.sampling().validate()
         return self
+
+
+@dataclass
+class ProblemInputOptions(FieldOptions):
+    """Which problems are read and how bad lines are treated."""
+
+    on_error: str = option(
+        "raise", choices=("raise", "skip"),
+        help="raise: stop at the first bad problem; skip: skip it, report it, go on.",
+    )
+    max_problems: int | None = option(None, help="Sample at most this many problems.")
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,8 @@ from pathlib import Path
 import yaml
 
 from cotcredit.errors import UserError
-from cotcredit.train.config import TrainConfig, load_config, to_grpo_config
-from cotcredit.train.metrics import (
+from cotcredit.training.config import TrainConfig, load_config, to_grpo_config
+from cotcredit.training.metrics import (
     CURVE_FILE,
     METRICS_FILE,
     MetricsLogger,
@@ -69,7 +69,7 @@ class TrainResult:
 
 # ---- data ------------------------------------------------------------------------------------
 def _problems(path: Path):
-    from cotcredit.generate import read_problems
+    from cotcredit.problems import read_problems
 
     problems, _ = read_problems(path)
     return problems
@@ -164,7 +164,7 @@ def _check_rredcot_inputs(fn, problems, cfg: TrainConfig) -> None:
 
 # ---- evaluation ------------------------------------------------------------------------------
 def _eval_options(cfg: TrainConfig, args):
-    from cotcredit.generation import SamplingOptions
+    from cotcredit.sampling import SamplingOptions
 
     e = cfg.eval
     return SamplingOptions(
@@ -183,8 +183,8 @@ def evaluate(trainer, problems, prompts: list[list[int]], options) -> tuple[dict
     from accelerate.utils import gather_object
     from trl.models.utils import unwrap_model_for_generation
 
-    from cotcredit.generation import HFGenerator
     from cotcredit.grading import grade_completion
+    from cotcredit.sampling import HFGenerator
 
     acc = trainer.accelerator
     mine = list(range(acc.process_index, len(problems), acc.num_processes))
@@ -266,7 +266,7 @@ def _resume_checkpoint(output_dir: Path, resume: bool | str, overwrite: bool) ->
 def _write_config(cfg: TrainConfig, path: Path) -> None:
     import trl
 
-    from cotcredit import __version__
+    from cotcredit.version import __version__
 
     class Dumper(yaml.SafeDumper):
         pass
@@ -354,8 +354,8 @@ def train(
     checkpoint = _resume_checkpoint(out, resume, overwrite)
 
     from cotcredit.lm import ModelOptions
-    from cotcredit.train.scoring import PolicySegmentRewards
-    from cotcredit.train.trainer import RredcotGRPOTrainer
+    from cotcredit.training.scoring import PolicySegmentRewards
+    from cotcredit.training.trainer import RredcotGRPOTrainer
 
     model, tokenizer, label = load_policy(cfg)
     chat = bool(cfg.chat_template and getattr(tokenizer, "chat_template", None))

@@ -1,0 +1,224 @@
+"""benchmarks/gpu_check.py on CPU at tiny sizes: every part runs and gives plausible figures,
+packed probes agree with naive scoring, and the script runs where captum, shap, trl, datasets,
+gguf and math_verify cannot be imported (as on the borrowed GPU machines)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
+BLOCKED = ("captum", "shap", "trl", "datasets", "gguf", "math_verify")
+
+# Runs the script with a meta path finder that refuses the blocked packages, and writes the
+# names of every module imported by the end of the run.
+WRAPPER = """
+import importlib.abc, json, runpy, sys
+
+blocked = set(sys.argv[1].split(","))
+
+
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        top = name.split(".")[0]
+        if top in blocked:
+            raise ImportError(f"No module named {top!r} (blocked)", name=top)
+        return None
+
+
+sys.meta_path.insert(0, Refuse())
+script, modules_file = sys.argv[2], sys.argv[3]
+sys.argv = [script, *sys.argv[4:]]
+try:
+    runpy.run_path(script, run_name="__main__")
+finally:
+    with open(modules_file, "w") as f:
+        json.dump(sorted(sys.modules), f)
+"""
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+gc = load_script()
+
+
+def run_script(args, tmp: Path, blocked: tuple[str, ...] = ()):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "COLUMNS": "160"}
+    out, modules = tmp / "out.json", tmp / "modules.json"
+    # A generous budget: the test checks figures, not speed, on a possibly busy machine.
+    argv = ["--device", "cpu", "--small", "--budget", "900", "--json", str(out), *args]
+    cmd = [sys.executable, "-c", WRAPPER, ",".join(blocked) or "-", str(SCRIPT), str(modules),
+           *argv]
+    proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, json.loads(out.read_text()), json.loads(modules.read_text())
+
+
+@pytest.fixture(scope="module")
+def blocked_run(tmp_path_factory):
+    """The whole --small run with the optional packages made unimportable."""
+    return run_script([], tmp_path_factory.mktemp("gpu_check"), BLOCKED)
+
+
+def test_runs_without_the_optional_packages(blocked_run):
+    proc, report, modules = blocked_run
+    assert not [m for m in modules if m.split(".")[0] in BLOCKED]
+    train = report["parts"]["train"]
+    assert train["status"] == "skipped: trl is not installed"
+    assert train["rows"] == [] and "wheels" in " ".join(train["notes"])
+    # Every other part ran to the end.
+    assert [p for p, r in report["parts"].items() if r["status"] != "ok"] == ["train"]
+    # The table went to stdout, with one line per figure row.
+    for part in gc.PARTS:
+        assert part in proc.stdout
+
+
+def test_report_names_device_versions_and_date(blocked_run):
+    import torch
+    import transformers
+
+    _, report, _ = blocked_run
+    meta = report["meta"]
+    assert meta["device"] == "cpu" and meta["device_name"]
+    assert meta["torch"] == torch.__version__
+    assert meta["transformers"] == transformers.__version__
+    assert datetime.datetime.fromisoformat(meta["date"]).tzinfo is not None
+    assert meta["small"] is True
+    assert list(report["parts"]) == list(gc.PARTS)
+    for part in report["parts"].values():
+        assert part["budget_s"] > 0 and part["seconds"] >= 0
+
+
+def test_packed_probes_agree_with_naive_scoring(blocked_run):
+    _, report, _ = blocked_run
+    part = report["parts"]["agreement"]
+    assert part["ok"] is True and part["tolerance"]["fp32_nats"] == gc.TOL_FP32
+    rows = part["rows"]
+    plan = gc.SMALL_PLAN
+    assert {(r["model"], r["quantity"]) for r in rows} == {
+        (m, q) for m in plan.agreement_models for q in ("rhat", "vhat", "loo")
+    }
+    for r in rows:
+        assert r["values"] == r["segments"] + 1 == plan.agreement_segments + 1
+        assert r["fp32_packed_vs_naive"] <= gc.TOL_FP32
+        # The check has teeth: values differ between probes far more than packed vs naive.
+        assert r["spread"] > 10 * gc.TOL_FP32
+        # bfloat16: packed is as faithful to the float32 reference as naive bfloat16.
+        assert r["bf16_ok"] is True
+        assert r["bf16_packed_vs_fp32"] <= r["bf16_tolerance"]
+        assert r["bf16_tolerance"] == pytest.approx(
+            gc.BF16_FACTOR * r["bf16_naive_vs_fp32"]
+            + gc.BF16_FLOOR_PER_TOKEN * r["scored_tokens"]
+        )
+    gemma = [r for r in rows if r["model"] == "gemma3-tiny"]
+    window = gc.SMALL["gemma3-tiny"].window
+    assert all(r["tokens"] > 4 * window for r in gemma)  # the sliding window really bites
+
+
+def test_speed_rows_cover_the_plan_with_plausible_figures(blocked_run):
+    _, report, _ = blocked_run
+    rows = report["parts"]["speed"]["rows"]
+    plan = gc.SMALL_PLAN
+    expected = [(n, k, m) for n, ks in plan.speed_runs for m in plan.speed_models for k in ks]
+    assert len(rows) == len(expected)
+    for r, (n, k, m) in zip(rows, expected, strict=True):
+        assert (r["model"], r["segments_asked"]) == (m, k)
+        assert n - 40 <= r["tokens"] <= n  # the trace is cut at a line end below the size asked
+        assert r["segments"] == k
+        for key in ("plain_s", "rhat_s", "both_s", "naive_rhat_s", "rhat_x_plain",
+                    "both_x_plain", "naive_x_packed", "naive_probes_x_packed"):
+            assert r[key] > 0, key
+        assert r["rhat_s"] == pytest.approx(r["rhat_x_plain"] * r["plain_s"])
+        # Hardware-independent costs: v̂ adds probe tokens; naive reruns every prefix.
+        assert r["both_probe_tokens"] > r["rhat_probe_tokens"] > 0
+        assert r["naive_probe_tokens"] > 2 * r["rhat_probe_tokens"]
+        assert r["plain_peak_gib"] is None  # no accelerator memory on CPU
+
+
+def test_generation_rows_count_completions_and_tokens(blocked_run):
+    _, report, _ = blocked_run
+    rows = report["parts"]["generation"]["rows"]
+    plan = gc.SMALL_PLAN
+    assert [r["batch"] for r in rows] == list(plan.generation_batches)
+    for r in rows:
+        assert r["completions"] == r["prompts"] * r["samples"] == r["batch"]
+        assert r["truncated"] <= r["completions"]
+        assert r["completions"] <= r["new_tokens"] <= r["completions"] * r["max_new_tokens"]
+        assert r["tokens_per_s"] == pytest.approx(r["new_tokens"] / r["seconds"])
+        assert r["completions_per_s"] > 0
+
+
+def test_training_part_runs_one_step_per_mode(tmp_path):
+    pytest.importorskip("trl")
+    pytest.importorskip("datasets")
+    _, report, _ = run_script(["--parts", "train"], tmp_path)
+    part = report["parts"]["train"]
+    assert part["status"] == "ok", part
+    grpo, rr = part["rows"]
+    assert (grpo["mode"], rr["mode"]) == ("grpo", "rredcot")
+    for r in (grpo, rr):
+        assert r["steps"] == 1 and r["train_s"] > 0 and r["step_time"] > 0
+    assert not [k for k in grpo if k.startswith("rredcot/")]
+    # The reward varies between completions, so every completion was scored by RREDCoT.
+    assert rr["rredcot/scored_fraction"] == 1.0
+    assert rr["rredcot/segments_mean"] > 0 and rr["rredcot/scoring_seconds"] > 0
+
+
+def test_tokenizer_fills_the_model_vocabulary():
+    tok = gc.build_tokenizer(4096)
+    assert len(tok) == 4096
+    assert tok.decode([4095]).strip()  # a filler id a random model may sample decodes to text
+    trace = gc.synthetic_trace(tok, 256, prompt_len=20)
+    ids = tok(trace.response, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == trace.response
+    reasoning = trace.response.split("</think>")[0]
+    assert reasoning.count("\n") > 5 and "Wait" in reasoning and "So" in reasoning
+
+
+def test_a_part_past_its_deadline_is_stopped_and_the_next_runs(monkeypatch):
+    def hang(ctx, deadline, result):
+        result["rows"].append({"started": True})
+        while True:  # never checks its deadline: the watchdog must stop it
+            time.sleep(0.01)
+
+    def quick(ctx, deadline, result):
+        result["rows"].append({"ran": True})
+
+    monkeypatch.setattr(gc, "GRACE_S", 0.2)
+    monkeypatch.setitem(gc.RUNNERS, "agreement", hang)
+    monkeypatch.setitem(gc.RUNNERS, "speed", quick)
+    args = argparse.Namespace(budget=4.0, json=None)  # agreement's share: 1.2 s
+    ctx = gc.RunContext(args, None, gc.SMALL_PLAN, gc.SMALL, {"parts": {}})
+    gc.run_parts(ctx, ["agreement", "speed"])
+    hung, ran = ctx.report["parts"]["agreement"], ctx.report["parts"]["speed"]
+    assert hung["status"] == "skipped: time" and hung["rows"] == [{"started": True}]
+    assert hung["seconds"] < 3.0
+    assert ran["status"] == "ok" and ran["rows"] == [{"ran": True}]
+
+
+def test_models_tokens_and_segments_narrow_the_plan():
+    plan = gc.only_models(gc.REAL_PLAN, ["qwen2.5-1.5b"])
+    assert plan.agreement_models == plan.speed_models == plan.generation_models == (
+        "qwen2.5-1.5b",
+    )
+    assert plan.train_model == "qwen2.5-1.5b"
+    plan = gc.with_sizes(gc.REAL_PLAN, [256, 512], [4])
+    assert plan.speed_runs == ((256, (4,)), (512, (4,)))
+    assert (plan.agreement_tokens, plan.agreement_segments) == (256, 4)
