@@ -30,8 +30,8 @@ from pathlib import Path
 
 from cotcredit import grading
 from cotcredit.errors import UserError
-from cotcredit.options import check_choices, option
-from cotcredit.sampling import SamplingOptions, get_generator, parse_engine_args
+from cotcredit.options import option
+from cotcredit.sampling import SamplingSettings, get_generator
 from cotcredit.traces import (
     FieldNames,
     FieldOptions,
@@ -49,40 +49,15 @@ _RUN_FIELDS = ("model", "temperature", "top_p", "max_new_tokens", "seed", "backe
 
 
 @dataclass(frozen=True)
-class GenerateOptions:
+class GenerateOptions(SamplingSettings):
     """How traces are sampled from problems."""
 
     samples: int = option(4, short="-n", help="Responses sampled per problem.")
-    temperature: float = option(1.0, help="Sampling temperature (0: greedy).")
-    top_p: float = option(1.0, help="Nucleus sampling mass (1: off).")
-    max_new_tokens: int = option(
-        1024, help="Tokens per response; longer ones are cut (finish_reason length)."
-    )
-    seed: int = option(0, help="Seed: same seed, backend and device, same traces.")
-    batch_size: int | None = option(
-        None, help="Responses per generate call [default: automatic; halved on out-of-memory]."
-    )
-    backend: str = option(
-        "hf", choices=("hf", "vllm"),
-        help="hf: transformers generate (CPU/GPU); vllm: vLLM (when installed).",
-    )
-    vllm_args: tuple[str, ...] = option(
-        (), flag="--vllm-arg",
-        help="KEY=VALUE passed to vllm.LLM (e.g. tensor_parallel_size=2); repeatable; "
-        "--backend vllm only.",
-    )
-
-    def sampling(self) -> SamplingOptions:
-        return SamplingOptions(n=self.samples, temperature=self.temperature, top_p=self.top_p,
-                               max_new_tokens=self.max_new_tokens, seed=self.seed,
-                               batch_size=self.batch_size, backend=self.backend)
 
     def validate(self) -> GenerateOptions:
         if self.samples < 1:
             raise UserError(f"--samples must be at least 1, got {self.samples}")
-        check_choices(self)
-        parse_engine_args(self.vllm_args, self.backend)
-        self.sampling().validate()
+        self.check_sampling(self.samples)
         return self
 
 
@@ -282,8 +257,8 @@ def generate_traces(
             count(line)
     summary.problems = len(existing)
 
-    gen = get_generator(scorer, options.backend, parse_engine_args(options.vllm_args, options.backend))
-    sampling = options.sampling()
+    gen = get_generator(scorer, options.backend, options.engine_args())
+    sampling = options.sampling(options.samples)
     # Problems per generator call: enough rows to fill a batch, few enough to write often.
     if options.backend == "vllm":
         chunk = 256

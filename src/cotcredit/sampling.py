@@ -43,6 +43,7 @@ from typing import Protocol
 import torch
 
 from cotcredit.errors import UserError
+from cotcredit.options import check_choices, option
 
 BACKENDS = ("hf", "vllm")
 _STOP_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>")
@@ -76,6 +77,45 @@ class SamplingOptions:
         if self.backend not in BACKENDS:
             raise UserError(f"--backend must be one of {', '.join(BACKENDS)}, got '{self.backend}'")
         return self
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """The sampling options of `mc-baseline` and `generate` (each adds its own count)."""
+
+    temperature: float = option(1.0, help="Sampling temperature (0: greedy).")
+    top_p: float = option(1.0, help="Nucleus sampling mass (1: off).")
+    max_new_tokens: int = option(
+        1024, help="Tokens a completion may generate; a longer one is cut (and counted as such)."
+    )
+    seed: int = option(0, help="Seed: the same seed, backend and device give the same samples.")
+    batch_size: int | None = option(
+        None, help="Completions per generate call [default: automatic; halved on out-of-memory]."
+    )
+    backend: str = option(
+        "hf", choices=BACKENDS,
+        help="hf: transformers generate (CPU/GPU); vllm: vLLM (when installed).",
+    )
+    vllm_args: tuple[str, ...] = option(
+        (), flag="--vllm-arg",
+        help="KEY=VALUE passed to vllm.LLM (e.g. tensor_parallel_size=2, "
+        "gpu_memory_utilization=0.8); repeatable; --backend vllm only.",
+    )
+
+    def sampling(self, n: int) -> SamplingOptions:
+        """The `SamplingOptions` of `n` samples per prompt."""
+        return SamplingOptions(n=n, temperature=self.temperature, top_p=self.top_p,
+                               max_new_tokens=self.max_new_tokens, seed=self.seed,
+                               batch_size=self.batch_size, backend=self.backend)
+
+    def engine_args(self) -> dict:
+        """The vLLM engine arguments of `--vllm-arg` (checked)."""
+        return parse_engine_args(self.vllm_args, self.backend)
+
+    def check_sampling(self, n: int) -> None:
+        check_choices(self)
+        self.engine_args()
+        self.sampling(n).validate()
 
 
 @dataclass

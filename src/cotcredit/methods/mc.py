@@ -54,13 +54,13 @@ import pyarrow as pa
 from cotcredit import grading
 from cotcredit.errors import UserError
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
-from cotcredit.options import check_choices, option
-from cotcredit.sampling import SamplingOptions, get_generator, parse_engine_args
+from cotcredit.options import option
+from cotcredit.sampling import SamplingSettings, get_generator
 from cotcredit.tables import TableWriter, run_key
 
 
 @dataclass(frozen=True)
-class McOptions:
+class McOptions(SamplingSettings):
     """Options of the Monte Carlo baseline."""
 
     # Per-sample random streams make results independent of the batch size; where rollouts are
@@ -68,19 +68,6 @@ class McOptions:
     NOT_IN_RUN_KEY: ClassVar[tuple[str, ...]] = ("batch_size", "save_rollouts", "vllm_args")
 
     rollouts: int = option(8, short="-n", help="Completions N sampled from every boundary.")
-    temperature: float = option(1.0, help="Sampling temperature (0: greedy).")
-    top_p: float = option(1.0, help="Nucleus sampling mass (1: off).")
-    max_new_tokens: int = option(
-        1024, help="Tokens a rollout may generate before it counts as truncated."
-    )
-    seed: int = option(0, help="Seed: same seed, backend and device, same rollouts.")
-    batch_size: int | None = option(
-        None, help="Rollouts per generate call [default: automatic; halved on out-of-memory]."
-    )
-    backend: str = option(
-        "hf", choices=("hf", "vllm"),
-        help="hf: transformers generate (CPU/GPU); vllm: vLLM (when installed).",
-    )
     truncated: str = option(
         "wrong", choices=("wrong", "drop"),
         help="Rollouts cut off by --max-new-tokens: wrong (count as wrong) or drop (leave out "
@@ -96,26 +83,14 @@ class McOptions:
         help="Parquet table receiving every rollout (trace, boundary, sample, text, answer, "
         "correct, truncated).",
     )
-    vllm_args: tuple[str, ...] = option(
-        (), flag="--vllm-arg",
-        help="KEY=VALUE passed to vllm.LLM (e.g. tensor_parallel_size=2, "
-        "gpu_memory_utilization=0.8); repeatable; --backend vllm only.",
-    )
-
-    def sampling(self) -> SamplingOptions:
-        return SamplingOptions(n=self.rollouts, temperature=self.temperature, top_p=self.top_p,
-                               max_new_tokens=self.max_new_tokens, seed=self.seed,
-                               batch_size=self.batch_size, backend=self.backend)
 
     def validate(self) -> McOptions:
         if self.rollouts < 1:
             raise UserError(f"--rollouts must be at least 1, got {self.rollouts}")
-        check_choices(self)
-        parse_engine_args(self.vllm_args, self.backend)
+        self.check_sampling(self.rollouts)
         if self.max_boundaries is not None and self.max_boundaries < 2:
             raise UserError(f"--max-boundaries must be at least 2 (the prompt and the full "
                             f"reasoning), got {self.max_boundaries}")
-        self.sampling().validate()
         return self
 
 
@@ -156,12 +131,11 @@ def sample_rollouts(ctx: TraceContext, options: McOptions, which: list[int]) -> 
     """Sample and grade N completions from each boundary index in `which`, in one generator call."""
     enc, trace = ctx.encoded, ctx.trace
     bounds = ctx.segmentation.boundaries
-    engine = parse_engine_args(options.vllm_args, options.backend)
-    gen = get_generator(ctx.scorer, options.backend, engine)
+    gen = get_generator(ctx.scorer, options.backend, options.engine_args())
     prompts = [enc.prefix(bounds[k]) for k in which]
     # Keyed by trace and token offset: a state gets the same rollouts whatever else is scored.
     keys = [f"{trace.id}@{bounds[k]}" for k in which]
-    completions = gen.generate(prompts, options.sampling(), keys=keys)
+    completions = gen.generate(prompts, options.sampling(options.rollouts), keys=keys)
     rollouts = []
     for k, cs in zip(which, completions, strict=True):
         prefix_text = trace.response[: enc.token_starts[bounds[k]]]
