@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cotcredit.errors import UserError
 from cotcredit.lm import Scorer
@@ -123,3 +125,54 @@ def test_build_segmentation_from_bounds(encoded):
     enc, _ = encoded
     seg = build_segmentation(enc, [0, 3, enc.n_reasoning])
     assert len(seg) == 2 and seg.boundaries == [0, 3, enc.n_reasoning]
+
+
+def _naive_merge(bounds, ent, options, target):
+    """The merge as first written: rescan every pair before each merge (O(n²))."""
+    bounds = list(bounds)
+    prefix = torch.cat([torch.zeros(1, dtype=torch.float64), ent.cumsum(0)])
+
+    def seg_sum(i):
+        return float(prefix[bounds[i + 1]] - prefix[bounds[i]])
+
+    def cost(i):
+        if options.merge == "boundary":
+            return float(ent[bounds[i + 1]])
+        return seg_sum(i) + seg_sum(i + 1)
+
+    def can_merge(i):
+        return options.max_tokens is None or bounds[i + 2] - bounds[i] <= options.max_tokens
+
+    while len(bounds) > 2:
+        short = [i for i in range(len(bounds) - 1) if bounds[i + 1] - bounds[i] < options.min_tokens]
+        if not short:
+            break
+        i = short[0]
+        choices = [j for j in (i - 1, i) if 0 <= j < len(bounds) - 2]
+        del bounds[min(choices, key=lambda j: (cost(j), j)) + 1]
+    while len(bounds) - 1 > target:
+        pairs = [i for i in range(len(bounds) - 2) if can_merge(i)]
+        if not pairs:
+            break
+        del bounds[min(pairs, key=lambda i: (cost(i), i)) + 1]
+    return bounds
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(2, 60).flatmap(lambda n: st.tuples(
+        st.just(n),
+        st.lists(st.integers(1, n - 1), unique=True, max_size=n - 1),
+        st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.5, 3.0]), min_size=n, max_size=n),
+    )),
+    st.integers(1, 12), st.sampled_from(["pair", "boundary"]), st.integers(1, 6),
+    st.one_of(st.none(), st.integers(6, 30)),
+)
+def test_heap_merge_equals_the_naive_scan(case, target, merge, min_tokens, max_tokens):
+    from cotcredit.segmentation import _merge
+
+    n, cuts, values = case
+    bounds = [0, *sorted(cuts), n]
+    ent = torch.tensor(values, dtype=torch.float64)  # few distinct values: many ties
+    opts = SegmentOptions(segments=target, merge=merge, min_tokens=min_tokens, max_tokens=max_tokens)
+    assert _merge(bounds, ent, opts, target) == _naive_merge(bounds, ent, opts, target)

@@ -16,6 +16,7 @@ texts concatenate exactly to the reasoning text. Segments are never located by s
 
 from __future__ import annotations
 
+import heapq
 import re
 from dataclasses import dataclass, field
 
@@ -180,43 +181,84 @@ def segment_encoded(
     if len(bounds) - 1 < target:
         # Too few candidates: add cuts at the highest-entropy token boundaries.
         taken = set(bounds)
+        e = ent.tolist()
         extra = sorted(
             (t for t in range(1, n) if enc.cuttable[t] and t not in taken),
-            key=lambda t: (-float(ent[t]), t),
+            key=lambda t: (-e[t], t),
         )
         bounds = sorted(taken | set(extra[: target - (len(bounds) - 1)]))
-    prefix = torch.cat([torch.zeros(1, dtype=torch.float64), ent.cumsum(0)])
-
-    def seg_sum(i: int) -> float:
-        return float(prefix[bounds[i + 1]] - prefix[bounds[i]])
-
-    def cost(i: int) -> float:  # merging segment i with i+1
-        if options.merge == "boundary":
-            return float(ent[bounds[i + 1]])
-        return seg_sum(i) + seg_sum(i + 1)
-
-    def can_merge(i: int) -> bool:
-        return options.max_tokens is None or bounds[i + 2] - bounds[i] <= options.max_tokens
-
-    def merge_at(i: int) -> None:
-        del bounds[i + 1]
-
-    # Segments below min_tokens are merged first, into the cheaper neighbour.
-    while len(bounds) > 2:
-        short = [
-            i for i in range(len(bounds) - 1) if bounds[i + 1] - bounds[i] < options.min_tokens
-        ]
-        if not short:
-            break
-        i = short[0]
-        options_ = [j for j in (i - 1, i) if 0 <= j < len(bounds) - 2]
-        merge_at(min(options_, key=lambda j: (cost(j), j)))
-    while len(bounds) - 1 > target:
-        pairs = [i for i in range(len(bounds) - 2) if can_merge(i)]
-        if not pairs:
-            break
-        merge_at(min(pairs, key=lambda i: (cost(i), i)))
+    bounds = _merge(bounds, ent, options, target)
     return build_segmentation(enc, bounds, ent)
+
+
+def _merge(bounds: list[int], ent: torch.Tensor, options: SegmentOptions, target: int) -> list[int]:
+    """Merge adjacent segments: first those shorter than `min_tokens` (the leftmost first, into
+    its cheaper neighbour), then the cheapest pair until `target` segments remain.
+
+    The boundaries form a linked list and candidate merges sit in heaps (stale entries are
+    skipped), so a trace with n candidate cuts costs O(n log n), not O(n²). Ties go to the
+    leftmost pair, as scanning the list would.
+    """
+    pre = torch.cat([torch.zeros(1, dtype=torch.float64), ent.cumsum(0)]).tolist()
+    e = ent.tolist()
+    end = bounds[-1]
+    nxt = dict(zip(bounds, bounds[1:]))
+    prv = {b: a for a, b in nxt.items()}
+    count = len(bounds) - 1
+
+    def cost(a: int) -> float:  # merging the segment starting at a with the next one
+        m = nxt[a]
+        if options.merge == "boundary":
+            return e[m]
+        return (pre[m] - pre[a]) + (pre[nxt[m]] - pre[m])
+
+    def remove(m: int) -> None:  # merge the two segments that meet at boundary m
+        nonlocal count
+        a, b = prv.pop(m), nxt.pop(m)
+        nxt[a], prv[b] = b, a
+        count -= 1
+
+    short = [a for a in bounds[:-1] if nxt[a] - a < options.min_tokens]
+    heapq.heapify(short)
+    while short and count > 1:
+        a = heapq.heappop(short)
+        if a not in nxt or nxt[a] - a >= options.min_tokens:
+            continue  # merged away, or grown long enough
+        choices = []
+        if a in prv:
+            choices.append((cost(prv[a]), 0))  # into the left neighbour
+        if nxt[a] != end:
+            choices.append((cost(a), 1))  # into the right neighbour
+        if min(choices)[1] == 0:
+            left = prv[a]
+            remove(a)
+            a = left
+        else:
+            remove(nxt[a])
+        if nxt[a] - a < options.min_tokens:
+            heapq.heappush(short, a)
+
+    def mergeable(a: int) -> bool:
+        m = nxt.get(a)
+        if m is None or m == end:
+            return False
+        return options.max_tokens is None or nxt[m] - a <= options.max_tokens
+
+    pairs = [(cost(a), a, nxt[a], nxt[nxt[a]]) for a in list(nxt) if mergeable(a)]
+    heapq.heapify(pairs)
+    while count > target and pairs:
+        _, a, m, b = heapq.heappop(pairs)
+        if nxt.get(a) != m or nxt.get(m) != b:
+            continue  # one of its segments has changed since
+        remove(m)
+        for x in (prv.get(a), a):
+            if x is not None and mergeable(x):
+                heapq.heappush(pairs, (cost(x), x, nxt[x], nxt[nxt[x]]))
+    out, b = [bounds[0]], bounds[0]
+    while b != end:
+        b = nxt[b]
+        out.append(b)
+    return out
 
 
 def build_segmentation(
