@@ -93,3 +93,72 @@ def test_compare_on_two_processes_writes_one_report(
     for name in ("segments", "rredcot", "loo"):
         a, b = pd.read_parquet(report / f"{name}.parquet"), pd.read_parquet(ref / f"{name}.parquet")
         pd.testing.assert_frame_equal(a.drop(columns="run_id"), b.drop(columns="run_id"))
+
+
+TRAIN_CONFIG = """\
+model: {model}
+train_file: train.jsonl
+eval_file: eval.jsonl
+output_dir: out
+advantage: rredcot
+rredcot:
+  segments: 3
+grpo:
+  num_generations: 2
+  max_completion_length: 12
+  per_device_train_batch_size: 2
+  max_steps: {steps}
+  save_steps: 2
+  learning_rate: 1.0e-3
+  gradient_checkpointing: false
+  report_to: none
+  extra: {{disable_tqdm: true, dataloader_pin_memory: false}}
+eval:
+  max_new_tokens: 4
+"""
+
+
+def test_training_on_two_processes(tiny_model_dir, tmp_path):
+    """Two processes: each scores its own completions, what reaches the loss keeps GRPO's total
+    and signs per completion, logs/eval/checkpoints are written once, --resume continues."""
+    import json
+
+    from cotcredit.training.metrics import read_metrics
+
+    problems = [{"id": c, "prompt": f"What is {a} + {b}?", "answer": str(a + b)}
+                for c, a, b in (("a", 3, 4), ("b", 5, 7), ("c", 2, 2), ("d", 6, 3))]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems[:2]))
+    config = tmp_path / "config.yaml"
+    launcher = os.path.join(os.path.dirname(__file__), "launch_train.py")
+
+    def launch(steps: int, *extra: str) -> subprocess.CompletedProcess:
+        config.write_text(TRAIN_CONFIG.format(model=tiny_model_dir, steps=steps))
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+               "TOKENIZERS_PARALLELISM": "false"}
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+               "2", launcher, str(config), str(tmp_path), *extra]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc
+
+    launch(2)
+    out = tmp_path / "out"
+    for rank in (0, 1):
+        steps = [json.loads(x) for x in (tmp_path / f"adv-rank{rank}.jsonl").read_text().splitlines()]
+        assert len(steps) == 2 and all(s["world"] == 2 for s in steps)
+        rows = [r for s in steps for r in s["rows"]]
+        assert any(r["A"] != 0 for r in rows)  # this process scored completions of its own
+        for r in rows:
+            assert r["sum"] == pytest.approx(r["A"] * r["n"], rel=1e-5, abs=1e-6)
+            assert r["signs_ok"] and r["pad_zero"]
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]  # written once
+    evaluation = json.loads((out / "eval.json").read_text())
+    assert evaluation["after"]["step"] == 2 and evaluation["before"]["problems"] == 2
+    assert len((out / "eval_completions.jsonl").read_text().splitlines()) == 4
+    assert (out / "checkpoint-2" / "model.safetensors").is_file()
+
+    launch(3, "--resume")
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
+    assert json.loads((out / "eval.json").read_text())["after"]["step"] == 3

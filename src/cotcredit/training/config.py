@@ -320,6 +320,12 @@ def load_config(path: str | Path) -> TrainConfig:
     return cfg
 
 
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _bf16_supported() -> bool:
     import torch
 
@@ -337,6 +343,10 @@ def grpo_kwargs(cfg: TrainConfig) -> dict[str, Any]:
     ):  # transformers 5 renamed it; TRL still reads the old name
         options["activation_checkpointing"] = options.pop("gradient_checkpointing")
     kwargs: dict[str, Any] = {"output_dir": str(cfg.output_dir), "seed": cfg.seed, **options}
+    if not _cuda_available() and "use_cpu" not in cfg.grpo.extra:
+        # Without it accelerate forms no process group on CPU: under torchrun/accelerate launch
+        # each process would train alone (and write every log line twice).
+        kwargs["use_cpu"] = True
     valid = _grpo_config_fields()
     for key, value in cfg.grpo.extra.items():
         if key not in valid:
