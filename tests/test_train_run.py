@@ -306,3 +306,18 @@ def test_overwrite_starts_over_and_resume_needs_a_checkpoint(tmp_path):
         _resume_checkpoint(tmp_path, False, False)
     assert _resume_checkpoint(tmp_path, False, True) is None
     assert not (tmp_path / "checkpoint-4").exists() and not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_rredcot_with_strength_zero_reproduces_grpo_exactly(tmp_path, tiny_model_dir):
+    """The reweighting is the only difference between the modes: with strength 0 (every weight
+    1) a rredcot run is the grpo run at the same seed, number for number."""
+    runs = {}
+    for mode, extra in (("grpo", ""), ("rredcot", "  strength: 0.0\n")):
+        config = make_config(tmp_path / mode, tiny_model_dir, mode,
+                             **{"  segments: 3\n": "  segments: 3\n" + extra})
+        train(config, extra_rewards=[even])
+        runs[mode] = read_metrics(config.parent / f"out-{mode}" / "metrics.jsonl")
+    keys = ("reward", "reward_std", "loss", "grad_norm", "entropy", "completions/mean_length")
+    for a, b in zip(runs["grpo"], runs["rredcot"], strict=True):
+        assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
+    assert any(r["rredcot/scored_fraction"] > 0 for r in runs["rredcot"])  # it did score
