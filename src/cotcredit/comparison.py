@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from cotcredit import io
 from cotcredit.errors import UserError
 from cotcredit.lm import Scorer
 from cotcredit.methods import get_method, label_to_method, method_order, registry
@@ -283,10 +284,14 @@ def compare_scores(
     corr = correlate(
         scores, n_boot=n_boot, seed=seed, min_segments=min_segments, reference=reference
     )
+    # Inputs are named relative to the report folder: a report is read next to its tables and
+    # must not carry the path of the machine that made it.
+    where = Path(out_dir)
     if sources:
-        notes = {"score tables": ", ".join(f"{lab}: {p}" for lab, p in sources.items())}
+        shown = ", ".join(f"{lab}: {io.relative(p, where)}" for lab, p in sources.items())
+        notes = {"score tables": shown}
     else:
-        notes = {"score files": ", ".join(map(str, paths))}
+        notes = {"score files": ", ".join(io.relative(p, where) for p in paths)}
     files = write_report(scores, corr, Path(out_dir), notes=notes)
     return CompareResult(scores, corr, files, dict(sources or {}))
 

@@ -267,3 +267,12 @@ def remove_table(path: str | Path) -> None:
         shutil.rmtree(doomed, ignore_errors=True)
     elif path.exists() or path.is_symlink():
         path.unlink()
+
+
+def relative(path: str | Path, start: str | Path) -> str:
+    """`path` as written relative to the folder `start` (for reports and notes that travel
+    with their outputs); absolute only where no relative path exists (another drive)."""
+    try:
+        return os.path.relpath(Path(path).absolute(), Path(start).absolute())
+    except ValueError:
+        return str(path)
