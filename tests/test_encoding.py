@@ -123,3 +123,11 @@ def test_training_and_analysis_encode_a_completion_alike(scorer: Scorer):
                        RredcotOptions(value="both", sum_to="advantage"))["rredcot"]
     assert spans == [(s.token_start, s.token_end) for s in seg.segments]
     assert rewards == pytest.approx([r["score"] for r in rows], abs=1e-6)
+
+
+def test_solution_probe_ends_before_the_solutions_own_answer(scorer: Scorer):
+    forcing = answer_forcing(scorer, ForcingOptions())
+    probe = forcing.solution_probe("\n", "5 + 7 = 12.\nThe final answer is $\\boxed{12}$.", "12")
+    u0, u1 = probe.span("solution")
+    assert scorer.tokenizer.decode(probe.ids[u0:u1]) == "5 + 7 = 12."  # E states the answer
+    assert scorer.tokenizer.decode(probe.ids) == "\n5 + 7 = 12." + forcing.exit_string + "12"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from cotcredit.encoding import Parts, encode_parts
 from cotcredit.errors import UserError
-from cotcredit.traces import THINK_CLOSE, THINK_OPEN
+from cotcredit.traces import THINK_CLOSE, THINK_OPEN, reasoning_end
 
 EXIT_PLAIN = "\n\nThe final answer is $\\boxed{"
 EXIT_THINK = "\n" + THINK_CLOSE + "\n\nThe final answer is $\\boxed{"
@@ -82,11 +82,14 @@ class Forcing:
         return self._parts([(self.exit_string, None), (_answer(answer, where), "answer")], where)
 
     def solution_probe(self, connector: str, solution: str, answer: str, where: str = "") -> Parts:
-        """C ⊕ U* ⊕ E ⊕ Y*, with the spans "solution" and "answer"."""
+        """C ⊕ U* ⊕ E ⊕ Y*, with the spans "solution" and "answer". U* is the reference solution
+        up to its own final-answer statement (`reasoning_end`): E states the answer after it,
+        as after the trace's reasoning, so p(Y* | ... ⊕ U* ⊕ E) is not a copy of U*'s last line."""
+        body = solution[: reasoning_end(solution)].strip() or solution.strip()
         return self._parts(
             [
                 (connector, None),
-                (solution.strip(), "solution"),
+                (body, "solution"),
                 (self.exit_string, None),
                 (_answer(answer, where), "answer"),
             ],
