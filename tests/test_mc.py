@@ -33,7 +33,7 @@ def graded(monkeypatch, scorer):
     gen = HFGenerator(scorer.model, scorer.tokenizer)
     tok = scorer.tokenizer
     gen.stop_ids += [i for i in range(len(tok)) if "e" in tok.decode([i])]
-    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None: gen)
+    monkeypatch.setitem(scorer.__dict__, "_generators", {"hf": gen})  # where costs are read
 
 
 def run_mc(scorer, traces_file, segments=3, **opts):
@@ -386,3 +386,21 @@ def test_one_rollout_leaves_the_second_half_empty(scorer, traces_file, graded):
     assert df["score_half_b"].isna().all()
     assert df["score_half_a"].to_numpy() == pytest.approx(df["score"].to_numpy())
     assert "score_note" not in df  # an empty half is not a missing score
+
+
+def test_cost_columns_count_what_a_run_of_each_method_alone_pays(scorer, traces_file, graded):
+    """Forward-only methods pay the shared trace pass plus their probes; Monte Carlo pays the
+    prefill of its rollouts' prompts and its samples, and not the trace pass it never reads."""
+    from cotcredit.methods.rredcot import RredcotOptions
+    from cotcredit.traces import iter_traces
+
+    gen = mc.get_generator(scorer, "hf")
+    s = run_analysis(traces_file, scorer, segment_options=SegmentOptions(segments=3),
+                     methods={"mc": McOptions(**SMALL), "rredcot": RredcotOptions()})
+    first = {k: pd.DataFrame(v).groupby("trace_id").first() for k, v in s.rows.items()}
+    traces = {t.id: t for t in iter_traces(traces_file)}
+    for tid, seg in first["segments"].iterrows():
+        assert seg["cost_forward_tokens"] == len(scorer.encode(traces[tid]).ids)
+        assert first["rredcot"].loc[tid, "cost_forward_tokens"] > seg["cost_forward_tokens"]
+    assert first["mc"]["cost_forward_tokens"].sum() == gen.stats.prompt_tokens > 0
+    assert first["mc"]["cost_generated_tokens"].sum() == gen.stats.tokens > 0

@@ -427,9 +427,10 @@ def _forward_tokens(scorer: Scorer) -> int:
     return int(getattr(scorer, "forward_tokens", 0))
 
 
-def _generated_tokens(scorer: Scorer) -> int:
-    gens = getattr(scorer, "__dict__", {}).get("_generators", {})
-    return sum(int(g.stats.tokens) for g in gens.values())
+def _generation_stats(scorer: Scorer) -> tuple[int, int]:
+    """(prompt tokens prefilled, tokens sampled) by the scorer's generators so far."""
+    gens = getattr(scorer, "__dict__", {}).get("_generators", {}).values()
+    return (sum(int(g.stats.prompt_tokens) for g in gens), sum(int(g.stats.tokens) for g in gens))
 
 
 def _score_trace(
@@ -447,20 +448,23 @@ def _score_trace(
     else:
         seg = segment_encoded(enc, fwd.entropies, seg_opts)
     ctx = TraceContext(scorer, enc, fwd, seg)
-    cost = {"cost_forward_tokens": _forward_tokens(scorer) - f0}
+    shared = {"cost_forward_tokens": _forward_tokens(scorer) - f0}
     if timed:
-        cost["cost_seconds"] = time.perf_counter() - t0
+        shared["cost_seconds"] = time.perf_counter() - t0
     base = segment_columns(ctx, "")
-    rows: dict[str, list[dict]] = {SEGMENTS: [{**b, **cost} for b in base]}
+    rows: dict[str, list[dict]] = {SEGMENTS: [{**b, **shared} for b in base]}
     for name, spec in specs.items():
-        t0, f0, g0 = time.perf_counter(), _forward_tokens(scorer), _generated_tokens(scorer)
+        t0, f0 = time.perf_counter(), _forward_tokens(scorer)
+        p0, g0 = _generation_stats(scorer)
         result = spec.run(ctx, opts[name])
-        cost = {
-            "cost_forward_tokens": _forward_tokens(scorer) - f0,
-            "cost_generated_tokens": _generated_tokens(scorer) - g0,
-        }
+        p1, g1 = _generation_stats(scorer)
+        # A method's cost is what a run of it alone would pay: its own passes, the prefill of
+        # its rollouts, and the shared trace pass if it reads it.
+        own = {"cost_forward_tokens": _forward_tokens(scorer) - f0 + p1 - p0,
+               "cost_generated_tokens": g1 - g0}
         if timed:
-            cost["cost_seconds"] = time.perf_counter() - t0
+            own["cost_seconds"] = time.perf_counter() - t0
+        cost = {k: v + shared.get(k, 0) if spec.uses_trace_pass else v for k, v in own.items()}
         for lab, per_seg in result.items():
             lab = rename.get(lab, lab)
             if len(per_seg) != len(base):

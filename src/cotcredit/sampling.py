@@ -138,7 +138,8 @@ class GenerationStats:
     """Counters of one generator (for benchmarks and progress)."""
 
     completions: int = 0
-    tokens: int = 0
+    tokens: int = 0  # tokens sampled
+    prompt_tokens: int = 0  # prompt tokens run through the model before sampling (prefill)
     seconds: float = 0.0
     batches: int = 0
     oom_retries: int = 0
@@ -408,6 +409,9 @@ class HFGenerator:
         kwargs = {}
         if len(uniq_idx) < len(batch) and min(len(prompts[i]) for i in uniq_idx) > 1:
             kwargs["cache"] = self._prefill([prompts[i] for i in uniq_idx], repeats)
+            self.stats.prompt_tokens += sum(len(prompts[i]) for i in uniq_idx)
+        else:
+            self.stats.prompt_tokens += sum(len(s) for s in seqs)
         # Only our options count: the model's generation_config defaults are set aside.
         saved = self.model.generation_config
         self.model.generation_config = GenerationConfig(
@@ -492,6 +496,7 @@ class VLLMGenerator:
         self.stats.seconds += time.perf_counter() - t0
         self.stats.completions += sum(len(cs) for cs in final)
         self.stats.tokens += sum(len(c.token_ids) for cs in final for c in cs)
+        self.stats.prompt_tokens += sum(len(p) for p in prompts)
         self.stats.batches += 1
         if progress:
             progress(sum(len(cs) for cs in final))

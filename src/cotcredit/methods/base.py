@@ -65,6 +65,10 @@ class MethodSpec:
     prepare: Callable[[Scorer, Any], Any] = lambda scorer, options: options
     # Once per run, after the last trace (also after an error): close what the method opened.
     finish: Callable[[Any], None] = lambda options: None
+    # Whether the method reads the one forward pass over the trace that every method of a run
+    # shares (its cache, log-probs, entropies): if so, that pass counts in the method's cost,
+    # since a run of this method alone pays for it.
+    uses_trace_pass: bool = True
 
     def __post_init__(self) -> None:
         if not self.all_labels:

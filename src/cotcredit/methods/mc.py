@@ -284,6 +284,7 @@ SPEC = MethodSpec(
     order=1,
     command="cotcredit mc-baseline TRACES",
     finish=finish,
+    uses_trace_pass=False,  # rollouts start from the prefixes' own tokens, not the trace cache
     shortcuts={"rollouts": "rollouts", "max_new_tokens": "max_new_tokens"},
     default_output="mc.parquet",
 )

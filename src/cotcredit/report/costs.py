@@ -2,7 +2,9 @@
 
 Methods that measure their cost write it on every row of a trace (the same value repeated):
 ``cost_seconds`` (wall-clock time), ``cost_forward_tokens`` (tokens run through the model in
-forward passes) and ``cost_generated_tokens`` (tokens sampled, Monte Carlo rollouts). The summary
+forward passes: the shared pass over the trace for the methods that read it, their probes, and
+the prompts of Monte Carlo rollouts) and ``cost_generated_tokens`` (tokens sampled by rollouts);
+each is what a run of that method alone would pay. The summary
 averages them over the traces every costed method scored, so the methods are compared on the same
 traces, and divides each mean by the baseline's (RREDCoT by default).
 """
