@@ -131,6 +131,7 @@ def test_two_step_run_writes_every_output(runs, mode):
     curve = read_metrics(out / "eval_curve.jsonl")  # eval.every: 1 -> before, then every step
     assert [r["step"] for r in curve] == [0, 1, 2]
     assert curve[0]["accuracy"] == evaluation["before"]["accuracy"]
+    assert curve[-1]["accuracy"] == evaluation["after"]["accuracy"]  # the last step, evaluated once
     lines = (out / "eval_completions.jsonl").read_text().splitlines()
     assert sorted(json.loads(x)["when"] for x in lines) == ["after"] * 2 + ["before"] * 2
     as_run = (out / "config.yaml").read_text()

@@ -298,7 +298,8 @@ def _with_overrides(cfg: TrainConfig, max_steps: int | None, seed: int | None) -
 
 class _PeriodicEval:
     """A TrainerCallback that measures eval accuracy every `every` steps (main process writes
-    one line per evaluation to eval_curve.jsonl: step, accuracy, correct, completions)."""
+    one line per evaluation to eval_curve.jsonl: step, accuracy, correct, completions). The last
+    step is left to the evaluation after training, which adds its line to the curve."""
 
     def __init__(self, every: int, problems, prompts, options, path: Path):
         from transformers import TrainerCallback
@@ -311,7 +312,8 @@ class _PeriodicEval:
 
         class Callback(TrainerCallback):
             def on_step_end(self, args, state, control, **kwargs):
-                if state.global_step % outer.every == 0 and outer.trainer is not None:
+                last = state.max_steps and state.global_step >= state.max_steps
+                if state.global_step % outer.every == 0 and outer.trainer is not None and not last:
                     outer.run(state.global_step)
 
         self.callback = Callback()
@@ -455,6 +457,10 @@ def train(
     if main:
         if eval_result is not None:
             _write_json(out / EVAL_FILE, eval_result)
+            if cfg.eval.every and eval_result["after"]:
+                truncate_metrics(out / EVAL_CURVE_FILE, trainer.state.global_step - 1)
+                with open(out / EVAL_CURVE_FILE, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"step": trainer.state.global_step, **after}) + "\n")
             with open(out / EVAL_COMPLETIONS_FILE, "w", encoding="utf-8") as fh:
                 fh.writelines(json.dumps(r) + "\n" for r in eval_rows)
         if (out / METRICS_FILE).exists():
