@@ -266,3 +266,150 @@ def plot_seed_curves(
     fig.savefig(out.with_suffix(".pdf"))
     plt.close(fig)
     return out
+
+
+def mean_interval(values, level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of `values` and its two-sided Student-t interval at `level` (NaN bounds for fewer
+    than two finite values): the interval over seeds a training comparison reports."""
+    import numpy as np
+    from scipy import stats
+
+    x = np.asarray([v for v in values if v is not None], dtype=float)
+    x = x[np.isfinite(x)]
+    if len(x) == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return mean, mean - half, mean + half
+
+
+def first_step_reaching(rows: list[dict], target: float, window: int = 10) -> int | None:
+    """The first step at which the trailing `window`-step moving average of the train reward is
+    at least `target` (None if it never is)."""
+    rows = [r for r in rows if r.get("reward") is not None]
+    smooth = _moving_average([float(r["reward"]) for r in rows], window)
+    return next((int(r["step"]) for r, v in zip(rows, smooth) if v >= target), None)
+
+
+def seed_run_summary(
+    groups: Mapping[str, list[str | Path]], *, target: float = 0.5, window: int = 10,
+    baseline: str = "grpo",
+):
+    """One row per group of runs (e.g. {"grpo": [seed dirs], "rredcot": [...]}), over its seeds.
+
+    Columns: ``mode``, ``seeds``; ``eval_before``, ``eval_after`` and ``eval_gain`` (after −
+    before), each a mean with its 95% t-interval over seeds (``*_low``/``*_high``);
+    ``paired_diff`` (mean over shared seeds of this group's eval_after minus the baseline's at the
+    same seed) with its interval; ``reward_first``/``reward_last`` (mean train reward of the first
+    and last `window` steps); ``steps_to_target`` (mean over seeds that reached it of the first
+    step whose `window`-step moving reward is ≥ `target`) and ``reached`` (how many seeds did);
+    ``step_seconds``, ``rredcot_seconds`` (means per step) and ``seconds_ratio`` (step seconds
+    over the baseline's); ``weight_std`` (mean of ``rredcot/weight_std``, the spread of the token
+    weights) and ``scored_fraction`` (share of completions given segment rewards).
+    """
+    import numpy as np
+    import pandas as pd
+
+    def evals(run: Path) -> tuple[float | None, float | None]:
+        path = run / "eval.json"
+        if not path.is_file():
+            return None, None
+        e = json.loads(path.read_text())
+        return ((e.get("before") or {}).get("accuracy"), (e.get("after") or {}).get("accuracy"))
+
+    def seed_of(run: Path) -> str:
+        return run.name.rsplit("seed", 1)[-1] if "seed" in run.name else run.name
+
+    per_run = {}
+    for mode, dirs in groups.items():
+        for d in map(Path, dirs):
+            rows = read_metrics(d / METRICS_FILE) if (d / METRICS_FILE).is_file() else []
+            before, after = evals(d)
+
+            def mean_of(key: str, rows=rows) -> float:
+                vals = [float(r[key]) for r in rows if r.get(key) is not None]
+                return float(np.mean(vals)) if vals else math.nan
+
+            rewards = [float(r["reward"]) for r in rows if r.get("reward") is not None]
+            per_run[(mode, seed_of(d))] = {
+                "before": before, "after": after,
+                "gain": after - before if after is not None and before is not None else None,
+                "first": float(np.mean(rewards[:window])) if rewards else math.nan,
+                "last": float(np.mean(rewards[-window:])) if rewards else math.nan,
+                "reach": first_step_reaching(rows, target, window),
+                "step_seconds": mean_of("step_seconds"),
+                "rredcot_seconds": mean_of("rredcot_seconds"),
+                "weight_std": mean_of("rredcot/weight_std"),
+                "scored_fraction": mean_of("rredcot/scored_fraction"),
+            }
+    out = []
+    for mode in groups:
+        runs = {s: v for (m, s), v in per_run.items() if m == mode}
+        row = {"mode": mode, "seeds": len(runs)}
+        for key in ("before", "after", "gain"):
+            mean, low, high = mean_interval([v[key] for v in runs.values()])
+            row.update({f"eval_{key}": mean, f"eval_{key}_low": low, f"eval_{key}_high": high})
+        base = {s: v for (m, s), v in per_run.items() if m == baseline}
+        diffs = [v["after"] - base[s]["after"] for s, v in runs.items()
+                 if s in base and v["after"] is not None and base[s]["after"] is not None]
+        mean, low, high = mean_interval(diffs)
+        row.update({"paired_diff": mean, "paired_diff_low": low, "paired_diff_high": high})
+        reached = [v["reach"] for v in runs.values() if v["reach"] is not None]
+
+        def over_seeds(key: str, runs=runs) -> float:
+            vals = [v[key] for v in runs.values() if math.isfinite(v[key])]
+            return float(np.mean(vals)) if vals else math.nan
+
+        row.update({
+            "reward_first": over_seeds("first"),
+            "reward_last": over_seeds("last"),
+            "steps_to_target": float(np.mean(reached)) if reached else math.nan,
+            "reached": len(reached),
+            **{k: over_seeds(k) for k in
+               ("step_seconds", "rredcot_seconds", "weight_std", "scored_fraction")},
+        })
+        out.append(row)
+    table = pd.DataFrame(out)
+    base_seconds = table.loc[table["mode"] == baseline, "step_seconds"]
+    table["seconds_ratio"] = (
+        table["step_seconds"] / float(base_seconds.iloc[0]) if len(base_seconds) else math.nan
+    )
+    return table
+
+
+def seed_summary_markdown(table, *, target: float, steps: int) -> str:
+    """``seed_run_summary``'s table as Markdown, with what each number is."""
+
+    def ci(row, key: str, digits: int = 3) -> str:
+        mean, low, high = row[key], row[f"{key}_low"], row[f"{key}_high"]
+        if not math.isfinite(mean):
+            return "–"
+        if not math.isfinite(low):
+            return f"{mean:.{digits}f}"
+        return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+    def num(v, fmt: str) -> str:
+        return format(v, fmt) if v is not None and math.isfinite(v) else "–"
+
+    head = ("| mode | seeds | eval before | eval after | gain | after − grpo (paired) | "
+            "train reward, first → last 10 steps | step reaching reward "
+            f"{target:g} (seeds) | s / step | RREDCoT scoring s / step | × grpo |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for _, r in table.iterrows():
+        lines.append(
+            f"| {r['mode']} | {r['seeds']} | {ci(r, 'eval_before')} | {ci(r, 'eval_after')} | "
+            f"{ci(r, 'eval_gain')} | {ci(r, 'paired_diff')} | "
+            f"{num(r['reward_first'], '.3f')} → {num(r['reward_last'], '.3f')} | "
+            f"{num(r['steps_to_target'], '.0f')} ({r['reached']}/{r['seeds']}) | "
+            f"{num(r['step_seconds'], '.1f')} | {num(r['rredcot_seconds'], '.1f')} | "
+            f"{num(r['seconds_ratio'], '.2f')} |"
+        )
+    notes = (
+        f"\n{steps} steps per run. Eval: held-out accuracy (greedy), mean over seeds with a 95% "
+        "t-interval; paired: each seed's final accuracy minus grpo's at the same seed. Step "
+        f"reaching: first step whose 10-step moving train reward is ≥ {target:g}, mean over "
+        "the seeds that reached it.\n"
+    )
+    return "\n".join(lines) + "\n" + notes
