@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from cotcredit.train.metrics import plot_reward_curves, read_metrics
+from cotcredit.training.metrics import plot_reward_curves, read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 
