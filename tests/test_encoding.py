@@ -131,3 +131,21 @@ def test_solution_probe_ends_before_the_solutions_own_answer(scorer: Scorer):
     u0, u1 = probe.span("solution")
     assert scorer.tokenizer.decode(probe.ids[u0:u1]) == "5 + 7 = 12."  # E states the answer
     assert scorer.tokenizer.decode(probe.ids) == "\n5 + 7 = 12." + forcing.exit_string + "12"
+
+
+def test_a_prompt_already_in_the_chat_format_is_not_wrapped_twice(scorer):
+    """Few-shot conversations and traces logged with their template are used as they are, in
+    analysis and in training alike; plain prompts get the template."""
+    from cotcredit.encoding import rendered_by_template, template_markers
+    from cotcredit.training.run import prompt_field
+
+    tok = scorer.tokenizer
+    assert set(template_markers(tok)) >= {"<|im_start|>", "<|im_end|>"}
+    plain = "What is 3 + 4?"
+    shown = scorer.render_prompt(plain)
+    assert shown != plain and not rendered_by_template(tok, plain)
+    assert rendered_by_template(tok, shown)
+    assert scorer.render_prompt(shown) == shown
+    assert scorer.encode_prompt(shown) == scorer.encode_prompt(plain)
+    assert prompt_field(shown, True, None, tok) == shown
+    assert prompt_field(plain, True, None, tok) == [{"role": "user", "content": plain}]

@@ -206,6 +206,34 @@ def token_offsets(
     return "".join(pieces), starts, cut
 
 
+def template_markers(tokenizer) -> tuple[str, ...]:
+    """The special-token strings the tokenizer's chat template writes around a message (e.g.
+    ``<|im_start|>``, ``<start_of_turn>``); empty without a template."""
+    cache = getattr(tokenizer, "__dict__", {})
+    if "_cotcredit_markers" in cache:
+        return cache["_cotcredit_markers"]
+    markers: tuple[str, ...] = ()
+    if getattr(tokenizer, "chat_template", None):
+        try:
+            shown = tokenizer.apply_chat_template(
+                [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True
+            )
+        except Exception:  # a template that needs other roles: no markers, template applies
+            shown = ""
+        specials = set(getattr(tokenizer, "all_special_tokens", []) or [])
+        # Added tokens too: converted tokenizers do not always flag turn markers as special.
+        specials |= {str(t) for t in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).values()}
+        markers = tuple(sorted(t for t in specials if len(t) > 1 and t in shown))
+    cache["_cotcredit_markers"] = markers
+    return markers
+
+
+def rendered_by_template(tokenizer, prompt: str) -> bool:
+    """Whether `prompt` is already a conversation in the model's chat format (it holds the
+    template's own special tokens): applying the template again would wrap it twice."""
+    return any(m in prompt for m in template_markers(tokenizer))
+
+
 def special_ids(tokenizer) -> set[int]:
     """Ids of the tokenizer's special tokens (EOS, padding, ...)."""
     ids = set(getattr(tokenizer, "all_special_ids", []) or [])

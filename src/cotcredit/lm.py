@@ -32,6 +32,7 @@ from cotcredit.encoding import (
     completion_text,
     encode_completion,
     encode_trace,
+    rendered_by_template,
 )
 from cotcredit.errors import UserError, is_oom
 from cotcredit.options import option
@@ -399,8 +400,10 @@ class Scorer:
         return bool(self.options.chat_template and getattr(self.tokenizer, "chat_template", None))
 
     def render_prompt(self, prompt: str) -> str:
-        """The prompt as the model sees it, ready for the response to be appended."""
-        if not self.uses_chat_template:
+        """The prompt as the model sees it, ready for the response to be appended. A prompt
+        already in the model's chat format (few-shot conversations, traces logged with their
+        template) is used as it is."""
+        if not self.uses_chat_template or rendered_by_template(self.tokenizer, prompt):
             return prompt
         messages = []
         if self.options.system_prompt:
@@ -419,6 +422,7 @@ class Scorer:
         # Without a template, start like the model's training data did when it uses a BOS token.
         if (
             not self.uses_chat_template
+            and not rendered_by_template(self.tokenizer, prompt)
             and bos is not None
             and getattr(self.tokenizer, "add_bos_token", False)
         ):

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import yaml
 
+from cotcredit.encoding import rendered_by_template
 from cotcredit.errors import UserError
 from cotcredit.training.config import TrainConfig, load_config, to_grpo_config
 from cotcredit.training.metrics import (
@@ -75,9 +76,10 @@ def _problems(path: Path):
     return problems
 
 
-def prompt_field(problem_prompt: str, chat: bool, system_prompt: str | None):
-    """The dataset's ``prompt`` value: chat messages for a chat model, else the raw text."""
-    if not chat:
+def prompt_field(problem_prompt: str, chat: bool, system_prompt: str | None, tokenizer=None):
+    """The dataset's ``prompt`` value: chat messages for a chat model, else the raw text (also
+    for a prompt already in the model's chat format, as in analysis)."""
+    if not chat or (tokenizer is not None and rendered_by_template(tokenizer, problem_prompt)):
         return problem_prompt
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     return [*messages, {"role": "user", "content": problem_prompt}]
@@ -91,13 +93,13 @@ def prompt_ids(tokenizer, prompt) -> list[int]:
     return list(tokenizer(prompt)["input_ids"])
 
 
-def build_dataset(problems, chat: bool, system_prompt: str | None):
+def build_dataset(problems, chat: bool, system_prompt: str | None, tokenizer=None):
     from datasets import Dataset
 
     return Dataset.from_list(
         [
             {
-                "prompt": prompt_field(p.prompt, chat, system_prompt),
+                "prompt": prompt_field(p.prompt, chat, system_prompt, tokenizer),
                 "answer": p.answer,
                 "solution": p.solution,
                 "problem_id": p.id,
@@ -361,7 +363,7 @@ def train(
 
     model, tokenizer, label = load_policy(cfg)
     chat = bool(cfg.chat_template and getattr(tokenizer, "chat_template", None))
-    dataset = build_dataset(train_problems, chat, cfg.system_prompt)
+    dataset = build_dataset(train_problems, chat, cfg.system_prompt, tokenizer)
     segment_fn = None
     if cfg.advantage == "rredcot":
         segment_fn = PolicySegmentRewards(
@@ -412,7 +414,7 @@ def train(
     if eval_problems is not None:
         options = _eval_options(cfg, args)
         eval_prompts = [
-            prompt_ids(tokenizer, prompt_field(p.prompt, chat, cfg.system_prompt))
+            prompt_ids(tokenizer, prompt_field(p.prompt, chat, cfg.system_prompt, tokenizer))
             for p in eval_problems
         ]
         settings = {
