@@ -11,9 +11,8 @@ Two tasks, one JSONL line per problem (id, prompt, answer, solution):
 Why this shape (measured in examples/lookup/README.md): the 135M model cannot follow a format it
 is only told about, but it copies the format of earlier assistant turns. So the prompt is a
 few-shot conversation rendered in the model's own ChatML format: `--shots` solved examples as
-earlier user/assistant turns, then the problem. Run it with `--no-chat-template` (generate,
-segment, mc-baseline, redistribute ...) or `chat_template: false` (train): the prompt already is
-what the chat template would render. The examples draw their names and fruits from pools the
+earlier user/assistant turns, then the problem: what the chat template would render, so
+cotcredit uses it as it is (it recognises the template's markers in the prompt). The examples draw their names and fruits from pools the
 problems never use, so an example's rows are never confused with the problem's. Prices are in
 "coins" and the answer is a plain "The answer is N." line: with dollars and \\boxed{} the model
 wrote "$8.43"-style answers.
