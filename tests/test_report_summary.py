@@ -339,3 +339,11 @@ def test_report_of_a_folder_table(tmp_path):
     loaded = load_scores([folder, other])
     assert len(loaded) == len(mc) + int((scores["method"] == "rredcot").sum())
     assert Path(folder).is_dir()
+
+
+def test_numbers_that_round_to_zero_are_written_without_a_sign():
+    from cotcredit.report.format import EMPTY, fmt, fmt_ci
+
+    assert fmt(-1e-9) == "0.000" and fmt(-0.0004) == "0.000" and fmt(-0.0005001) == "-0.001"
+    assert fmt_ci(-0.0, -1e-12, 0.5) == "0.000 [0.000, 0.500]"
+    assert fmt(float("nan")) == EMPTY and fmt(None) == EMPTY

@@ -9,8 +9,12 @@ EMPTY = "–"
 
 
 def fmt(value: float | None, digits: int = 3) -> str:
-    """A number with ``digits`` decimals, or ``EMPTY`` when missing or not finite."""
-    return f"{value:.{digits}f}" if value is not None and math.isfinite(value) else EMPTY
+    """A number with ``digits`` decimals, or ``EMPTY`` when missing or not finite; a value that
+    rounds to zero is written 0.000, never -0.000."""
+    if value is None or not math.isfinite(value):
+        return EMPTY
+    text = f"{value:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
 def fmt_ci(value: float, low: float, high: float) -> str:
