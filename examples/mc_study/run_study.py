@@ -1,0 +1,94 @@
+"""Does RREDCoT track Monte Carlo? The paper's analysis on the embedded model's own traces.
+
+    python examples/mc_study/run_study.py            # or: make study (about an hour on 2 cores)
+    python examples/mc_study/run_study.py --out /tmp/s --problems 8 --rollouts 8   # a quick look
+
+Every step is a `cotcredit` command as a user types it, run in the output folder; each one
+resumes what it finished, so rerunning the script continues an interrupted study. The protocol is
+fixed here, before any result was seen:
+
+- Problems: examples/lookup/study_problems.jsonl (generator and seed in examples/lookup/), the
+  first 48; one trace each, sampled from the embedded SmolLM2-135M-Instruct at temperature 0.7
+  (`cotcredit generate`). Prompts are few-shot conversations already rendered in the model's
+  chat format, hence --no-chat-template everywhere.
+- Segmentation: once (`cotcredit segment -k 4`: the model reasons in four lines); every method
+  reuses it (--segments-file).
+- Answer forcing: the exit string is the task's own answer line, "The answer is " (the default
+  "\\boxed{" would ask for a format the model never writes here), for every forward-only method.
+- Methods: RREDCoT as defined (R̂ + v̂) and with R̂ alone (label rredcot-rhat); leave-one-out;
+  exact Shapley (K = 4); integrated gradients (8 steps); Monte Carlo with 24 rollouts per
+  boundary at the sampling temperature, at most 64 new tokens (replies take about 45), cut-off
+  rollouts counted as wrong. MC's split halves (even/odd rollouts) give its reliability.
+- Comparison: `cotcredit compare` with MC as the reference (per-trace Pearson, Spearman and
+  Kendall with bootstrap CIs, pooled, early/late halves, top-1 agreement, cost per method).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+PROBLEMS = ROOT / "examples" / "lookup" / "study_problems.jsonl"
+EXIT = "The answer is "
+METHODS = "rredcot,rredcot-rhat,mc,loo,shapley,gradient-ig"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=HERE, help="study folder (default: this one)")
+    ap.add_argument("--problems", type=int, default=48, help="problems (one trace each)")
+    ap.add_argument("--rollouts", type=int, default=24, help="Monte Carlo rollouts per boundary")
+    ap.add_argument("--ig-steps", type=int, default=8, help="integrated-gradients steps")
+    ap.add_argument("--bootstrap", type=int, default=2000)
+    args = ap.parse_args()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    problems = out / "problems.jsonl"
+    lines = PROBLEMS.read_text().splitlines(keepends=True)[: args.problems]
+    problems.write_text("".join(lines))
+
+    common = ["--no-chat-template", "--on-error", "skip", "--timings"]
+    forcing = ["--exit-string", EXIT]
+    segmented = ["--segments-file", "segments.parquet", *common]
+    steps = [
+        ("traces", ["generate", "problems.jsonl", "-o", "traces.jsonl", "--samples", "1",
+                    "--temperature", "0.7", "--max-new-tokens", "128", "--seed", "0",
+                    "--no-chat-template"]),
+        ("segmentation", ["segment", "traces.jsonl", "-o", "segments.parquet", "-k", "4",
+                          *common]),
+        ("RREDCoT", ["redistribute", "traces.jsonl", "-o", "rredcot.parquet", *segmented,
+                     *forcing]),
+        ("RREDCoT, R̂ alone", ["redistribute", "traces.jsonl", "-o", "rredcot_rhat.parquet",
+                             "--value", "rhat", "--label", "rredcot-rhat", *segmented,
+                             *forcing]),
+        ("LOO, Shapley, IG", ["attribute", "traces.jsonl", "-o", "attr.parquet", "--method",
+                              "loo,shapley,gradient", "--gradient", "ig", "--steps",
+                              str(args.ig_steps), *segmented, *forcing]),
+        ("Monte Carlo", ["mc-baseline", "traces.jsonl", "-o", "mc.parquet", "--rollouts",
+                         str(args.rollouts), "--temperature", "0.7", "--max-new-tokens", "64",
+                         "--save-rollouts", "rollouts.parquet", *segmented]),
+        ("report", ["compare", "--methods", METHODS, "-o", "report", "--bootstrap",
+                    str(args.bootstrap)]),
+    ]
+    log = {}
+    for name, argv in steps:
+        print(f"== {name}: cotcredit {shlex.join(argv)}", flush=True)
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "cotcredit", *argv], cwd=out)
+        if proc.returncode != 0:
+            sys.exit(f"study stopped at step '{name}' (exit {proc.returncode}); rerun to resume")
+        log[name] = {"command": "cotcredit " + shlex.join(argv),
+                     "seconds": round(time.perf_counter() - t0, 1)}
+    (out / "steps.json").write_text(json.dumps(log, indent=1) + "\n")
+    print(f"report: {out / 'report' / 'report.html'}")
+
+
+if __name__ == "__main__":
+    main()
