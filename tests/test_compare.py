@@ -220,24 +220,41 @@ def test_compare_without_inputs_writes_report_and_says_which_tables(tmp_path, mo
 
 def test_user_sequence_redistribute_attribute_compare(tiny_model_dir, traces_file, tmp_path,
                                                      monkeypatch, capsys):
-    """The per-method commands with their defaults, then compare with no inputs."""
+    """The session as users type it, each command with its defaults, then compare with no
+    inputs: segment, redistribute, mc-baseline, attribute --method loo, compare."""
+    from cotcredit import grading
+
+    # Junk from a random model is never right: call a rollout right by its length instead.
+    monkeypatch.setattr(grading, "grade_completion", lambda text, reference, **kw:
+                        grading.GradeResult(answer=str(len(text)), correct=len(text) % 2 == 0))
     monkeypatch.chdir(tmp_path)
-    for argv in (["redistribute", traces_file], ["attribute", traces_file, "--method", "loo"]):
+    for argv in (["segment", traces_file], ["redistribute", traces_file],
+                 ["mc-baseline", traces_file, "-n", "4", "--max-new-tokens", "6"],
+                 ["attribute", traces_file, "--method", "loo"]):
         code, _, err = run([*argv, "--model", tiny_model_dir, "-q"], capsys)
         assert code == 0, err
-    code, stdout, err = run(["compare", "--methods", "rredcot,loo", "--bootstrap", "50"], capsys)
+    code, stdout, err = run(["compare", "--methods", "rredcot,mc,loo", "--bootstrap", "50"],
+                            capsys)
     assert code == 0, err
     assert "rredcot: rredcot.parquet" in err and "loo: attr.parquet" in err
+    assert "mc: mc.parquet" in err
     assert "report: report/report.html" in err
     corr = pd.read_parquet(tmp_path / "report" / "correlations.parquet")
-    rredcot, loo = pd.read_parquet("rredcot.parquet"), pd.read_parquet("attr.parquet")
+    tables = {name: pd.read_parquet(f"{name}.parquet") for name in
+              ("segments", "rredcot", "mc", "attr")}
     spans = ["trace_id", "segment", "char_start", "char_end"]
-    assert rredcot[spans].equals(loo[spans])  # one segmentation, run twice
-    per_trace = corr.loc[(corr["trace_id"] != "all") & (corr["statistic"] == "spearman")]
+    for name, table in tables.items():  # one segmentation, made four times
+        got = table[spans].sort_values(spans[:2]).reset_index(drop=True)
+        assert got.equals(tables["segments"][spans].sort_values(spans[:2]).reset_index(drop=True)), name
+    rredcot, loo = tables["rredcot"], tables["attr"]
+    per_trace = corr.loc[(corr["trace_id"] != "all") & (corr["statistic"] == "spearman")
+                         & (corr["method_a"] == "rredcot") & (corr["method_b"] == "loo")]
     assert len(per_trace) >= 1
     for r in per_trace.itertuples():
         x = rredcot.loc[rredcot["trace_id"] == r.trace_id].sort_values("segment")["score"]
         y = loo.loc[loo["trace_id"] == r.trace_id].sort_values("segment")["score"]
         assert r.value == pytest.approx(x.corr(y, method="spearman"), abs=1e-9)
+    assert {"rredcot", "loo"} <= set(corr.loc[corr["method_b"] == "mc", "method_a"]) | set(
+        corr.loc[corr["method_a"] == "mc", "method_b"])
     for name in ("report.md", "report.html", "report.tex", "heatmap.pdf", "scatter_matrix.pdf"):
         assert (tmp_path / "report" / name).exists()
