@@ -95,3 +95,12 @@ def test_unknown_model_is_a_clear_error(tmp_path):
         load_scorer(ModelOptions(model=str(tmp_path / "x.gguf"), device="cpu"))
     with pytest.raises(UserError, match="no config.json"):
         load_scorer(ModelOptions(model=str(tmp_path), device="cpu"))
+
+
+def test_table_metadata_names_the_model_folder_relative_to_home(monkeypatch, tmp_path):
+    from cotcredit.lm import _home_relative
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert _home_relative(str(tmp_path / ".cache" / "m")) == "~/.cache/m"
+    assert _home_relative(str(tmp_path) + "x/m") == str(tmp_path) + "x/m"  # not under home
+    assert _home_relative("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"

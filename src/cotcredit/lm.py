@@ -324,6 +324,14 @@ class AttentionLayout:
         return cls(types, window, per_type, bad[0] if bad else None)
 
 
+def _home_relative(path: str) -> str:
+    """`path` with the user's home folder written as ~ (other paths and hub ids unchanged)."""
+    home = os.path.expanduser("~")
+    if home not in ("", "/", "~") and (path == home or path.startswith(home + os.sep)):
+        return "~" + path[len(home):]
+    return path
+
+
 class Scorer:
     """Owns a causal LM and its tokenizer and answers every scoring question of the methods.
 
@@ -373,7 +381,8 @@ class Scorer:
         cfg = self.model.config
         return {
             "model": self.name,
-            "model_path": getattr(cfg, "_name_or_path", ""),
+            # Home-relative, so tables checked in or shared do not carry this machine's home.
+            "model_path": _home_relative(getattr(cfg, "_name_or_path", "") or ""),
             "revision": getattr(cfg, "_commit_hash", None) or "",
             "architecture": (getattr(cfg, "architectures", None) or [type(self.model).__name__])[0],
             "dtype": str(self.dtype).replace("torch.", ""),
