@@ -48,6 +48,7 @@ import json
 import math
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -394,6 +395,15 @@ class Deadline:
             raise PartTimeout()
 
     def __enter__(self) -> Deadline:
+        # interrupt_main does nothing while SIGINT is ignored, as it is for a job started in
+        # the background (`nohup ... &`): give the main thread Python's handler meanwhile.
+        self._saved = None
+        if threading.current_thread() is threading.main_thread():
+            current = signal.getsignal(signal.SIGINT)
+            if current in (signal.SIG_IGN, signal.SIG_DFL, None):
+                self._saved = current
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+
         def watch():
             if not self._done.wait(max(0.0, self.left() + self.grace)):
                 self.fired = True
@@ -406,6 +416,8 @@ class Deadline:
 
     def __exit__(self, *exc) -> None:
         self._done.set()
+        if self._saved is not None:
+            signal.signal(signal.SIGINT, self._saved)
 
 
 def sync(device: torch.device) -> None:

@@ -192,10 +192,25 @@ def test_tokenizer_fills_the_model_vocabulary():
     assert reasoning.count("\n") > 5 and "Wait" in reasoning and "So" in reasoning
 
 
-def test_a_part_past_its_deadline_is_stopped_and_the_next_runs(monkeypatch):
+@pytest.fixture(params=["default", "ignored"])
+def sigint(request):
+    """SIGINT as in a terminal, and ignored, as for a job started in the background."""
+    import signal
+
+    saved = signal.getsignal(signal.SIGINT)
+    handler = signal.SIG_IGN if request.param == "ignored" else signal.default_int_handler
+    signal.signal(signal.SIGINT, handler)
+    yield handler
+    signal.signal(signal.SIGINT, saved)
+
+
+def test_a_part_past_its_deadline_is_stopped_and_the_next_runs(monkeypatch, sigint):
+    import signal
+
     def hang(ctx, deadline, result):
         result["rows"].append({"started": True})
-        while True:  # never checks its deadline: the watchdog must stop it
+        end = time.monotonic() + 20  # bounded: a broken watchdog fails the test, never hangs it
+        while time.monotonic() < end:  # never checks its deadline: the watchdog must stop it
             time.sleep(0.01)
 
     def quick(ctx, deadline, result):
@@ -211,6 +226,7 @@ def test_a_part_past_its_deadline_is_stopped_and_the_next_runs(monkeypatch):
     assert hung["status"] == "skipped: time" and hung["rows"] == [{"started": True}]
     assert hung["seconds"] < 3.0
     assert ran["status"] == "ok" and ran["rows"] == [{"ran": True}]
+    assert signal.getsignal(signal.SIGINT) == sigint  # the handler is given back
 
 
 def test_models_tokens_and_segments_narrow_the_plan():
