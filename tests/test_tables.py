@@ -400,3 +400,30 @@ def test_merge_takes_folders_and_single_files_in_input_order(
     pd.testing.assert_frame_equal(
         pd.read_parquet(merged).sort_values(key).reset_index(drop=True), pd.read_parquet(full)
     )
+
+
+def test_segmentation_digest_follows_the_segments_not_the_files(tmp_path):
+    """Runs reusing a segmentation are keyed by its segments: a folder of parts, its compacted
+    form and a plain file with other metadata give one digest; a moved boundary another."""
+    ids = ["t0", "t1", "t2"]
+    parts = tmp_path / "parts.parquet"
+    w = writer(parts)
+    for i, t in enumerate(ids):
+        w.append(trace_rows(t), position=i)
+    w.close()  # compacted
+    uncompacted = tmp_path / "uncompacted.parquet"
+    w = writer(uncompacted)
+    for i, t in reversed(list(enumerate(ids))):
+        w.append(trace_rows(t), position=i)  # other writing order, left as parts
+    rows = [r for t in ids for r in trace_rows(t)]
+    single = tmp_path / "single.parquet"
+    pq.write_table(tables.rows_to_table(rows, SCHEMA).replace_schema_metadata({b"x": b"y"}),
+                   single)
+    digests = {tables.rows_by_trace(p).digest() for p in (parts, uncompacted, single)}
+    assert len(digests) == 1
+    moved = [dict(r) for r in rows]
+    moved[1]["char_end"] += 1
+    moved[2]["char_start"] += 1
+    other = tmp_path / "other.parquet"
+    pq.write_table(tables.rows_to_table(moved, SCHEMA), other)
+    assert tables.rows_by_trace(other).digest() not in digests

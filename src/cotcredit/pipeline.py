@@ -207,16 +207,6 @@ def _key_options(obj: Any) -> Any:
     return plain
 
 
-def _table_digest(path: Path) -> str:
-    """Hash of a table's data files (a file, or a folder's files in order), read in chunks."""
-    h = hashlib.sha256()
-    for f in io.files_of(path):
-        with open(f, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                h.update(chunk)
-    return h.hexdigest()[:16]
-
-
 def segment_columns(ctx: TraceContext, run_id: str) -> list[dict]:
     """The segmentation columns shared by every table, one dict per segment."""
     return [
@@ -284,7 +274,7 @@ def run_analysis(
     opts = {name: specs[name].prepare(scorer, o) for name, o in opts.items()}
     stored = rows_by_trace(segments_file) if segments_file else None
     seg_source: Any = (
-        {"file": str(segments_file), "sha256": _table_digest(Path(segments_file))}
+        {"file": str(segments_file), "sha256": stored.digest()}
         if segments_file
         else _plain(seg_opts)
     )

@@ -617,6 +617,22 @@ class StoredSegments(Mapping):
                 self._slices[str(ids[start])] = (start, i - start)
                 start = i
 
+    def digest(self) -> str:
+        """A hash of the segments themselves (trace, index, character and token spans), in
+        trace and segment order: the same segmentation gives the same digest however its
+        folder is laid out (parts, compaction, merged shards, metadata)."""
+        import hashlib
+
+        import numpy as np
+
+        table = self._table.sort_by([("trace_id", "ascending"), ("segment", "ascending")])
+        h = hashlib.sha256()
+        h.update("\x00".join(map(str, table.column("trace_id").to_pylist())).encode())
+        for name in ("segment", "char_start", "char_end", "token_start", "token_end"):
+            if name in table.column_names:
+                h.update(np.asarray(table.column(name).to_numpy(), dtype=np.int64).tobytes())
+        return h.hexdigest()[:16]
+
     def __getitem__(self, trace_id: str) -> list[dict]:
         start, n = self._slices[trace_id]
         return self._table.slice(start, n).to_pylist()
