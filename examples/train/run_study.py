@@ -1,11 +1,15 @@
 """Does GRPO with RREDCoT advantages train better than plain GRPO? Both, several seeds, side by side.
 
-    python examples/train/run_study.py              # or: make train-study (the default below)
-    python examples/train/run_study.py --steps 200 --seeds 0 1 2 3 4 --out runs/train-study-full
+    python examples/train/run_study.py              # or: make train-study (48 min on 2 cores)
+    python examples/train/run_study.py --steps 200 --prompts-per-step 2 --eval-every 50 \
+        --seeds 0 1 2 3 4 --out runs/train-study-full          # the full setting (a GPU)
 
 Every run is `cotcredit train` as a user types it, on examples/train/config_grpo.yaml and
 config_rredcot.yaml with only the output folder, the seed and the step count changed, so the two
-modes differ in the advantage alone. Runs go seed by seed (grpo, then rredcot), so an interrupted
+modes differ in the advantage alone. The default is sized for a 2-core CPU (a step of 4
+completions of a 330-token few-shot prompt takes about 25 s there): 3 seeds × 16 steps of one
+prompt each, evaluated before and after; the full setting above is the same study at a size
+where learning can show. Runs go seed by seed (grpo, then rredcot), so an interrupted
 study is balanced; rerunning the script resumes: a finished run is skipped, a started one
 continues from its last checkpoint. The protocol is fixed here, before any result was seen:
 
@@ -67,10 +71,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=HERE / "study", help="study folder")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--steps", type=int, default=40, help="optimizer steps per run")
-    ap.add_argument("--eval-every", type=int, default=20, help="held-out evaluation every N steps")
+    ap.add_argument("--steps", type=int, default=16, help="optimizer steps per run")
+    ap.add_argument("--prompts-per-step", type=int, default=1,
+                    help="prompts per step (each with the config's num_generations completions)")
+    ap.add_argument("--eval-every", type=int, default=0,
+                    help="also evaluate every N steps (0: before and after training only)")
     ap.add_argument("--target", type=float, default=0.5,
-                    help="train reward (10-step moving average) whose first step is reported")
+                    help="train reward (moving average) whose first step is reported")
     args = ap.parse_args()
     out = args.out.resolve()
     t_start = time.perf_counter()
@@ -84,10 +91,12 @@ def main() -> None:
             continue
         config = run_config(mode, seed, out)
         cfg = yaml.safe_load(config.read_text())
-        cfg["eval"] = {**cfg.get("eval", {}), "every": args.eval_every}
-        # Checkpoints only to resume: every eval_every steps, the last one kept (not checked in).
-        cfg["grpo"] = {**cfg["grpo"], "save_steps": max(1, min(args.eval_every, args.steps)),
-                       "save_total_limit": 1}
+        every = args.eval_every if 0 < args.eval_every < args.steps else None
+        cfg["eval"] = {**cfg.get("eval", {}), "every": every}
+        group = cfg["grpo"]["num_generations"]
+        # Checkpoints only to resume an interrupted study, the last one kept (not checked in).
+        cfg["grpo"] = {**cfg["grpo"], "per_device_train_batch_size": group * args.prompts_per_step,
+                       "save_steps": max(1, min(every or 8, args.steps)), "save_total_limit": 1}
         config.write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
         resume = any(run.glob("checkpoint-*"))
         argv = ["train", str(config.relative_to(out)), "--max-steps", str(args.steps),
@@ -96,12 +105,13 @@ def main() -> None:
         proc = subprocess.run([sys.executable, "-m", "cotcredit", *argv], cwd=out)
         if proc.returncode != 0:
             sys.exit(f"run {mode} seed {seed} failed (exit {proc.returncode}); rerun to resume")
-    summary = seed_run_summary(runs, target=args.target)
+    window = max(2, min(10, args.steps // 4))  # steps of the moving average of the train reward
+    summary = seed_run_summary(runs, target=args.target, window=window)
     summary.to_csv(out / "summary.csv", index=False)
-    text = seed_summary_markdown(summary, target=args.target, steps=args.steps)
+    text = seed_summary_markdown(summary, target=args.target, steps=args.steps, window=window)
     (out / "summary.md").write_text(text)
     print(text)
-    print(plot_seed_curves(runs, out / "curves.png", window=10,
+    print(plot_seed_curves(runs, out / "curves.png", window=window,
                            title=f"GRPO vs RREDCoT on the lookup task, {len(args.seeds)} seeds"))
     print(f"study finished in {time.perf_counter() - t_start:.0f} s")
 

@@ -305,8 +305,8 @@ def seed_run_summary(
     same seed) with its interval; ``reward_first``/``reward_last`` (mean train reward of the first
     and last `window` steps); ``steps_to_target`` (mean over seeds that reached it of the first
     step whose `window`-step moving reward is ≥ `target`) and ``reached`` (how many seeds did);
-    ``step_seconds``, ``rredcot_seconds`` (means per step) and ``seconds_ratio`` (step seconds
-    over the baseline's); ``weight_std`` (mean of ``rredcot/weight_std``, the spread of the token
+    ``step_seconds``, ``rredcot_seconds`` (median step of each run, mean over seeds) and
+    ``seconds_ratio`` (step seconds over the baseline's); ``weight_std`` (mean of ``rredcot/weight_std``, the spread of the token
     weights) and ``scored_fraction`` (share of completions given segment rewards).
     """
     import numpy as np
@@ -332,6 +332,12 @@ def seed_run_summary(
                 vals = [float(r[key]) for r in rows if r.get(key) is not None]
                 return float(np.mean(vals)) if vals else math.nan
 
+            def median_of(key: str, rows=rows) -> float:
+                # Seconds: the median step, so a few steps slowed by other jobs on a shared
+                # machine do not move a run's figure.
+                vals = [float(r[key]) for r in rows if r.get(key) is not None]
+                return float(np.median(vals)) if vals else math.nan
+
             rewards = [float(r["reward"]) for r in rows if r.get("reward") is not None]
             per_run[(mode, seed_of(d))] = {
                 "before": before, "after": after,
@@ -339,8 +345,8 @@ def seed_run_summary(
                 "first": float(np.mean(rewards[:window])) if rewards else math.nan,
                 "last": float(np.mean(rewards[-window:])) if rewards else math.nan,
                 "reach": first_step_reaching(rows, target, window),
-                "step_seconds": mean_of("step_seconds"),
-                "rredcot_seconds": mean_of("rredcot_seconds"),
+                "step_seconds": median_of("step_seconds"),
+                "rredcot_seconds": median_of("rredcot_seconds"),
                 "weight_std": mean_of("rredcot/weight_std"),
                 "scored_fraction": mean_of("rredcot/scored_fraction"),
             }
@@ -379,7 +385,7 @@ def seed_run_summary(
     return table
 
 
-def seed_summary_markdown(table, *, target: float, steps: int) -> str:
+def seed_summary_markdown(table, *, target: float, steps: int, window: int = 10) -> str:
     """``seed_run_summary``'s table as Markdown, with what each number is."""
 
     def ci(row, key: str, digits: int = 3) -> str:
@@ -394,7 +400,7 @@ def seed_summary_markdown(table, *, target: float, steps: int) -> str:
         return format(v, fmt) if v is not None and math.isfinite(v) else "–"
 
     head = ("| mode | seeds | eval before | eval after | gain | after − grpo (paired) | "
-            "train reward, first → last 10 steps | step reaching reward "
+            f"train reward, first → last {window} steps | step reaching reward "
             f"{target:g} (seeds) | s / step | RREDCoT scoring s / step | × grpo |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for _, r in table.iterrows():
@@ -409,7 +415,7 @@ def seed_summary_markdown(table, *, target: float, steps: int) -> str:
     notes = (
         f"\n{steps} steps per run. Eval: held-out accuracy (greedy), mean over seeds with a 95% "
         "t-interval; paired: each seed's final accuracy minus grpo's at the same seed. Step "
-        f"reaching: first step whose 10-step moving train reward is ≥ {target:g}, mean over "
+        f"reaching: first step whose {window}-step moving train reward is ≥ {target:g}, mean over "
         "the seeds that reached it.\n"
     )
     return "\n".join(lines) + "\n" + notes
