@@ -72,6 +72,12 @@ def cli_env(tmp_path):
     return env
 
 
+def _sigint_as_in_a_terminal() -> None:
+    # A suite started in the background (nohup, `&`) passes SIGINT on as ignored; the run under
+    # test should see Ctrl-C as a terminal delivers it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(args, env) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "cotcredit", *map(str, args)],
@@ -79,6 +85,7 @@ def start(args, env) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_sigint_as_in_a_terminal,
     )
 
 

@@ -344,31 +344,37 @@ def test_rows_go_to_disk_not_to_memory(scorer, traces_file, tmp_path):
 
 
 def test_cost_columns_account_for_every_model_token(scorer, traces_file, tmp_path):
-    """Per trace, the segmentation's tokens plus each method's add up to what the scorer ran;
-    Monte Carlo's generated tokens are the generator's; seconds only in a timed run."""
+    """Per trace, the shared trace pass plus each forward-only method's own passes add up to what
+    the scorer ran (each method's column includes the shared pass: what it would cost alone);
+    Monte Carlo's forward tokens are its rollouts' prompts, its generated tokens the generator's;
+    seconds only in a timed run."""
     from cotcredit.methods.mc import McOptions
     from cotcredit.pipeline import run_analysis
+    from cotcredit.sampling import get_generator
 
     outs = {n: tmp_path / f"{n}.parquet" for n in ("segments", "rredcot", "loo", "mc")}
     methods = {"rredcot": None, "loo": None, "mc": McOptions(rollouts=2, max_new_tokens=4)}
-    before = scorer.forward_tokens
+    gen = get_generator(scorer, "hf")
+    before, prompts0, sampled0 = scorer.forward_tokens, gen.stats.prompt_tokens, gen.stats.tokens
     run_analysis(traces_file, scorer, methods=methods, outputs=outs, timings=True)
     spent = scorer.forward_tokens - before
-    per_trace = {}
+    first = {}
     for name, path in outs.items():
         df = pd.read_parquet(path)
         costs = df.groupby("trace_id")[["cost_forward_tokens", "cost_seconds"]].nunique()
         assert (costs == 1).all().all()  # one value per trace, repeated on its rows
-        first = df.groupby("trace_id").first()
-        assert (first.cost_seconds > 0).all()
-        for tid, n in first.cost_forward_tokens.items():
-            per_trace[tid] = per_trace.get(tid, 0) + n
+        first[name] = df.groupby("trace_id").first()
+        assert (first[name].cost_seconds > 0).all()
         if name == "mc":
-            assert (first.cost_generated_tokens > 0).all()
-            assert (first.cost_generated_tokens <= 4 * 2 * (df.groupby("trace_id").size() + 1)).all()
+            assert (first[name].cost_generated_tokens <= 4 * 2 * (df.groupby("trace_id").size() + 1)).all()
         elif name != "segments":
-            assert (first.cost_generated_tokens == 0).all()
-    assert sum(per_trace.values()) == spent
+            assert (first[name].cost_generated_tokens == 0).all()
+    shared = first["segments"].cost_forward_tokens
+    own = sum(first[m].cost_forward_tokens - shared for m in ("rredcot", "loo"))
+    assert (own > 0).all()
+    assert int((shared + own).sum()) == spent
+    assert int(first["mc"].cost_forward_tokens.sum()) == gen.stats.prompt_tokens - prompts0 > 0
+    assert int(first["mc"].cost_generated_tokens.sum()) == gen.stats.tokens - sampled0 > 0
     untimed = tmp_path / "untimed.parquet"
     run_analysis(traces_file, scorer, methods={"rredcot": None}, outputs={"rredcot": untimed})
     assert "cost_seconds" not in pd.read_parquet(untimed).columns
