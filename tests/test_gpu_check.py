@@ -166,8 +166,7 @@ def test_generation_rows_count_completions_and_tokens(blocked_run):
 
 
 def test_training_part_runs_one_step_per_mode(tmp_path):
-    pytest.importorskip("trl")
-    pytest.importorskip("datasets")
+    # trl and datasets are dependencies of cotcredit: a broken install fails here, never skips.
     _, report, _ = run_script(["--parts", "train"], tmp_path)
     part = report["parts"]["train"]
     assert part["status"] == "ok", part
