@@ -621,10 +621,6 @@ class StoredSegments(Mapping):
         """A hash of the segments themselves (trace, index, character and token spans), in
         trace and segment order: the same segmentation gives the same digest however its
         folder is laid out (parts, compaction, merged shards, metadata)."""
-        import hashlib
-
-        import numpy as np
-
         table = self._table.sort_by([("trace_id", "ascending"), ("segment", "ascending")])
         h = hashlib.sha256()
         h.update("\x00".join(map(str, table.column("trace_id").to_pylist())).encode())

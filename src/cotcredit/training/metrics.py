@@ -293,6 +293,14 @@ def first_step_reaching(rows: list[dict], target: float, window: int = 10) -> in
     return next((int(r["step"]) for r, v in zip(rows, smooth) if v >= target), None)
 
 
+def _reduce(values, how=None) -> float:
+    """`how` (default: the mean) of the finite numbers among `values`; NaN when there are none."""
+    import numpy as np
+
+    x = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return float((how or np.mean)(x)) if x else math.nan
+
+
 def seed_run_summary(
     groups: Mapping[str, list[str | Path]], *, target: float = 0.5, window: int = 10,
     baseline: str = "grpo",
@@ -328,16 +336,6 @@ def seed_run_summary(
             rows = read_metrics(d / METRICS_FILE) if (d / METRICS_FILE).is_file() else []
             before, after = evals(d)
 
-            def mean_of(key: str, rows=rows) -> float:
-                vals = [float(r[key]) for r in rows if r.get(key) is not None]
-                return float(np.mean(vals)) if vals else math.nan
-
-            def median_of(key: str, rows=rows) -> float:
-                # Seconds: the median step, so a few steps slowed by other jobs on a shared
-                # machine do not move a run's figure.
-                vals = [float(r[key]) for r in rows if r.get(key) is not None]
-                return float(np.median(vals)) if vals else math.nan
-
             rewards = [float(r["reward"]) for r in rows if r.get("reward") is not None]
             per_run[(mode, seed_of(d))] = {
                 "before": before, "after": after,
@@ -345,10 +343,12 @@ def seed_run_summary(
                 "first": float(np.mean(rewards[:window])) if rewards else math.nan,
                 "last": float(np.mean(rewards[-window:])) if rewards else math.nan,
                 "reach": first_step_reaching(rows, target, window),
-                "step_seconds": median_of("step_seconds"),
-                "rredcot_seconds": median_of("rredcot_seconds"),
-                "weight_std": mean_of("rredcot/weight_std"),
-                "scored_fraction": mean_of("rredcot/scored_fraction"),
+                # Seconds: the median step, so a few steps slowed by other jobs on a shared
+                # machine do not move a run's figure.
+                "step_seconds": _reduce([r.get("step_seconds") for r in rows], np.median),
+                "rredcot_seconds": _reduce([r.get("rredcot_seconds") for r in rows], np.median),
+                "weight_std": _reduce([r.get("rredcot/weight_std") for r in rows]),
+                "scored_fraction": _reduce([r.get("rredcot/scored_fraction") for r in rows]),
             }
     out = []
     for mode in groups:
@@ -364,16 +364,12 @@ def seed_run_summary(
         row.update({"paired_diff": mean, "paired_diff_low": low, "paired_diff_high": high})
         reached = [v["reach"] for v in runs.values() if v["reach"] is not None]
 
-        def over_seeds(key: str, runs=runs) -> float:
-            vals = [v[key] for v in runs.values() if math.isfinite(v[key])]
-            return float(np.mean(vals)) if vals else math.nan
-
         row.update({
-            "reward_first": over_seeds("first"),
-            "reward_last": over_seeds("last"),
+            "reward_first": _reduce([v["first"] for v in runs.values()]),
+            "reward_last": _reduce([v["last"] for v in runs.values()]),
             "steps_to_target": float(np.mean(reached)) if reached else math.nan,
             "reached": len(reached),
-            **{k: over_seeds(k) for k in
+            **{k: _reduce([v[k] for v in runs.values()]) for k in
                ("step_seconds", "rredcot_seconds", "weight_std", "scored_fraction")},
         })
         out.append(row)
