@@ -45,7 +45,7 @@ def test_forward_stats_equal_full_softmax(scorer):
 def test_chunked_stats_are_chunk_independent(scorer, monkeypatch):
     enc = scorer.encode(TRACE)
     a = scorer.forward(enc.ids, keep_cache=False)
-    monkeypatch.setattr("cotcredit.lm._LOGIT_CHUNK", 7)
+    monkeypatch.setattr("cotcredit.lm.head.LOGIT_CHUNK", 7)
     b = scorer.forward(enc.ids, keep_cache=False)
     assert torch.allclose(a.entropies, b.entropies, atol=1e-5)
     assert torch.allclose(a.logprobs, b.logprobs, atol=1e-5)
@@ -98,7 +98,7 @@ def test_unknown_model_is_a_clear_error(tmp_path):
 
 
 def test_table_metadata_names_the_model_folder_relative_to_home(monkeypatch, tmp_path):
-    from cotcredit.lm import _home_relative
+    from cotcredit.lm.scorer import _home_relative
 
     monkeypatch.setenv("HOME", str(tmp_path))
     assert _home_relative(str(tmp_path / ".cache" / "m")) == "~/.cache/m"

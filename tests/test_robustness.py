@@ -254,7 +254,7 @@ def test_run_key_follows_model_content_not_path(
     folder (a checkpoint retrained in place) are refused."""
     from conftest import build_tiny_model_dir
 
-    import cotcredit.lm as lm
+    import cotcredit.lm.loading as lm
 
     out = tmp_path / "seg.parquet"
     copy = tmp_path / "copy-of-model"

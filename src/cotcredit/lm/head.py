@@ -1,0 +1,91 @@
+"""The output head, applied by hand in float32.
+
+Scoring runs the decoder and applies the head itself, so only the positions it needs go through
+the vocabulary projection and log-softmax is always float32: from float32 hidden states and head
+weights whatever the model's dtype, with the output processing of the model's family (Gemma's
+soft-capping, Granite's `logits_scaling`, Cohere's `logit_scale`, `output_multiplier`).
+`check_head` compares that with the model's own `forward` once per model; a family whose
+processing is not reproduced is refused with one line, never scored silently wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from cotcredit.errors import UserError
+
+LOGIT_CHUNK = 512  # positions per lm_head call: 512 x 49k vocab x 4 B = 100 MB
+
+
+def decoder_of(model):
+    """The model's decoder stack (hidden states without the head)."""
+    get = getattr(model, "get_decoder", None)
+    return get() if get else model.model
+
+
+def head_weights(model) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The output head's weight and bias in float32 (a float32 copy for other dtypes, kept
+    while the weights are unchanged: training updates them in place)."""
+    head = model.get_output_embeddings()
+    w, b = head.weight, getattr(head, "bias", None)
+    if w.dtype == torch.float32:
+        return w, b
+    key = (w.data_ptr(), w._version, w.device)
+    cached = model.__dict__.get("_cotcredit_head32")
+    if cached is None or cached[0] != key:
+        b32 = b.detach().float() if b is not None else None
+        cached = (key, w.detach().float(), b32)
+        model.__dict__["_cotcredit_head32"] = cached
+    return cached[1], cached[2]
+
+
+def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """float32 logits for hidden states (..., hidden), with the family's output processing."""
+    w, b = head_weights(model)
+    logits = torch.nn.functional.linear(hidden.float(), w, b)
+    cfg = model.config.get_text_config()
+    scaling = getattr(cfg, "logits_scaling", None)  # Granite
+    if scaling:
+        logits = logits / scaling
+    scale = getattr(cfg, "logit_scale", None)  # Cohere
+    if scale:
+        logits = logits * scale
+    multiplier = getattr(cfg, "output_multiplier", None)
+    if multiplier:
+        logits = logits * multiplier
+    cap = getattr(cfg, "final_logit_softcapping", None)  # Gemma
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def log_probs(model, hidden: torch.Tensor) -> torch.Tensor:
+    """float32 log-softmax of `head_logits`."""
+    return torch.log_softmax(head_logits(model, hidden), dim=-1)
+
+
+@torch.no_grad()
+def check_head(model, decoder, ids: Sequence[int]) -> None:
+    """Compare `head_logits` on `decoder`'s hidden states of `ids` with the model's own forward,
+    once per model; a mismatch is a UserError naming the model family."""
+    if model.__dict__.get("_cotcredit_head_ok"):
+        return
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    x = torch.tensor([list(ids)], device=device)
+    own = torch.log_softmax(model(input_ids=x).logits[0].float(), dim=-1)
+    ours = log_probs(model, decoder(input_ids=x).last_hidden_state[0])
+    # float32: rounding only; bfloat16/float16: the model's own head runs in that dtype.
+    tol = 1e-3 if dtype == torch.float32 else 0.25
+    top = own.topk(min(50, own.shape[-1]), dim=-1).indices
+    diff = float((own.gather(1, top) - ours.gather(1, top)).abs().max())
+    if not diff <= tol:
+        arch = (getattr(model.config, "architectures", None) or [type(model).__name__])[0]
+        raise UserError(
+            f"{arch}: cotcredit does not reproduce this model family's output processing "
+            f"(log-probs differ from the model's own forward by {diff:.3g}); it is not "
+            "supported"
+        )
+    model.__dict__["_cotcredit_head_ok"] = True

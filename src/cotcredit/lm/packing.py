@@ -1,0 +1,293 @@
+"""How probes are packed: many continuations of one trace's prefixes scored in one forward pass.
+
+The probe blocks are concatenated into one query sequence on top of the trace's KV cache, whose
+additive 4-D attention mask lets block j see the cached trace up to its prefix length p_j and
+itself causally, with position ids p_j, p_j+1, ... Each block starts by re-feeding the token at
+p_j - 1 when its first token is scored, so that prediction comes from the block itself and the
+trace's own logits are never needed again. Blocks of one prefix sharing leading tokens form a
+token trie whose shared nodes are scored once. Layers with a sliding window get their own mask
+(by position); attention implementations without arbitrary masks are switched to sdpa for the
+pass; out-of-memory halves the packed pass and retries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from cotcredit.errors import UserError, is_oom
+
+if TYPE_CHECKING:
+    from cotcredit.lm.scorer import Scorer, TracePass
+
+
+@dataclass
+class Continuation:
+    """A token block scored after the first `prefix_len` tokens of a trace.
+
+    `ids[target_start:]` are scored; `terminators` (token ids) adds log of the probability mass
+    of any of them right after the block, e.g. every token starting with "}" after a boxed answer.
+    """
+
+    prefix_len: int
+    ids: list[int]
+    target_start: int = 0
+    terminators: tuple[int, ...] | None = None
+
+
+@dataclass
+class ContinuationScore:
+    logprob: float  # sum of log-probs of the target tokens (+ terminator mass)
+    token_logprobs: list[float] = field(default_factory=list)  # per target token
+
+
+FULL, SLIDING = "full_attention", "sliding_attention"
+# Attention implementations that take an arbitrary additive 4-D mask (packed probes need one).
+MASKABLE_ATTENTION = ("eager", "sdpa")
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """Which attention each decoder layer uses, as far as packed probes must know.
+
+    `types`: the distinct layer types ("full_attention", "sliding_attention"); `window`: the
+    sliding window (keys at most window - 1 positions back, transformers' convention);
+    `per_type`: the model takes a {type: mask} mapping (hybrid models) rather than one mask;
+    `unsupported`: a layer type packed passes cannot reproduce (then probes run one by one).
+    """
+
+    types: tuple[str, ...]
+    window: int | None
+    per_type: bool
+    unsupported: str | None = None
+
+    @classmethod
+    def of(cls, config) -> AttentionLayout:
+        cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+        window = getattr(cfg, "sliding_window", None)
+        layer_types = getattr(cfg, "layer_types", None)
+        if layer_types:
+            types = tuple(dict.fromkeys(layer_types))
+            per_type = True
+        else:  # Mistral, Phi-3: one type for every layer, sliding when a window is set
+            types = (SLIDING,) if window else (FULL,)
+            per_type = False
+        bad = [t for t in types if t not in (FULL, SLIDING)]
+        if SLIDING in types and not window:
+            bad.append("sliding_attention without a sliding_window")
+        return cls(types, window, per_type, bad[0] if bad else None)
+
+
+@torch.no_grad()
+def score_continuations(
+    scorer: Scorer, base: TracePass, conts: Sequence[Continuation]
+) -> list[ContinuationScore]:
+    """log p(continuation | base.ids[:prefix_len]) for many continuations, packed.
+
+    Uses `base.cache` (from `forward(..., keep_cache=True)`) and one forward per group of
+    blocks whose total length fits `query_budget`. The cache is restored after each group.
+    A model with a layer type packed passes cannot reproduce runs one forward per block.
+    """
+    if base.cache is None:
+        raise ValueError("score_continuations needs a TracePass with keep_cache=True")
+    L = len(base.ids)
+    for c in conts:
+        if not 1 <= c.prefix_len <= L:
+            raise ValueError(f"prefix_len {c.prefix_len} outside 1..{L}")
+    if scorer.layout.unsupported:
+        scorer._note(
+            f"packed probes do not support attention '{scorer.layout.unsupported}': probes "
+            "run one forward pass each (slower, same numbers)"
+        )
+        return scorer.score_continuations_naive(base.ids, conts)
+    results: list[ContinuationScore | None] = [None] * len(conts)
+    # Sorted so continuations of one prefix that share leading tokens are neighbours: each
+    # packed pass holds them as a token trie and scores shared tokens once (attribution's
+    # coalitions share long stretches of kept reasoning).
+    order = sorted(range(len(conts)), key=lambda i: (conts[i].prefix_len, conts[i].ids))
+    pending = pack(conts, order, scorer.query_budget)
+    while pending:
+        group = pending.pop(0)
+        try:
+            scores = score_group(scorer, base, conts, group)
+        except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError
+            if not is_oom(e):
+                raise
+            restore_cache(base.cache, L)
+            if scorer.device.type == "cuda":
+                torch.cuda.empty_cache()
+            if scorer.query_budget <= MIN_QUERY_BUDGET:
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                raise UserError(
+                    f"out of memory scoring probes even with {scorer.query_budget} query tokens "
+                    f"per pass ({first}); use a shorter trace, --dtype bfloat16 or a larger GPU"
+                ) from None
+            # Halve the packed pass and retry this group; later calls keep the smaller size.
+            scorer.query_budget = max(MIN_QUERY_BUDGET, scorer.query_budget // 2)
+            pending = pack(conts, group, scorer.query_budget) + pending
+            continue
+        for i, r in zip(group, scores):
+            results[i] = r
+    return results  # type: ignore[return-value]
+
+
+def pack(conts: Sequence[Continuation], indices, budget: int) -> list[list[int]]:
+    """Split continuation indices into groups of at most `budget` query tokens.
+
+    A continuation costs the tokens it does not share with the previous one of its group
+    (same prefix and leading tokens are shared in the pass's token trie).
+    """
+    groups, cur, cur_len, prev = [], [], 0, None
+    for i in indices:
+        c = conts[i]
+        size = len(c.ids) + 1
+        if cur and prev.prefix_len == c.prefix_len:
+            size -= common_prefix(prev.ids, c.ids) + 1
+        if cur and cur_len + size > budget:
+            groups.append(cur)
+            cur, cur_len, size = [], 0, len(c.ids) + 1
+        cur.append(i)
+        cur_len += size
+        prev = c
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def packed_mask(
+    L: int, positions: list[int], parents: list[int], layout: AttentionLayout,
+    dtype: torch.dtype, device: torch.device,
+):
+    """Additive attention mask(s) of a packed pass of Q query tokens on L cached ones.
+
+    Query q (a node of the token trie) sees the cached trace before its root's position, its
+    ancestors and itself; on sliding-window layers also only keys less than `window`
+    positions back (by position, not by index: probe keys sit after the whole trace).
+    Returns one (1, 1, Q, L + Q) tensor, or {layer type: tensor} for hybrid models.
+    """
+    Q = len(positions)
+    anc = np.zeros((Q, Q), dtype=bool)
+    root = np.empty(Q, dtype=np.int64)
+    for q, p in enumerate(parents):  # parents come first
+        if p >= 0:
+            anc[q] = anc[p]
+            root[q] = root[p]
+        else:
+            root[q] = positions[q]
+        anc[q, q] = True
+    dev = device
+    qpos = torch.tensor(positions, device=dev)
+    seen_trace = torch.arange(L, device=dev)[None, :] < torch.from_numpy(root).to(dev)[:, None]
+    visible = torch.cat([seen_trace, torch.from_numpy(anc).to(dev)], dim=1)
+    blocked = torch.finfo(dtype).min
+    masks = {}
+    for kind in layout.types:
+        v = visible
+        if kind == SLIDING:
+            kpos = torch.cat([torch.arange(L, device=dev), qpos])
+            v = v & (qpos[:, None] - kpos[None, :] < layout.window)
+        zero = torch.zeros((), dtype=dtype, device=dev)
+        masks[kind] = torch.where(v, zero, torch.tensor(blocked, dtype=dtype, device=dev))[
+            None, None
+        ]
+    return masks if layout.per_type else masks[layout.types[0]]
+
+
+@contextlib.contextmanager
+def maskable_attention(model, note: Callable[[str], None]):
+    """Run with an attention implementation that takes an arbitrary 4-D mask: flash
+    attention and others are switched to sdpa for the pass (said once per run)."""
+    cfg = model.config
+    impl = getattr(cfg, "_attn_implementation", None)
+    if impl is None or impl in MASKABLE_ATTENTION:
+        yield
+        return
+    note(f"packed probes run with sdpa attention (the model uses {impl}, which takes no "
+         "arbitrary attention mask)")
+    # The attention layers read the shared config at every call: switch it for this pass.
+    cfg._attn_implementation = "sdpa"
+    try:
+        yield
+    finally:
+        cfg._attn_implementation = impl
+
+
+def score_group(
+    scorer: Scorer, base: TracePass, conts: Sequence[Continuation], group: list[int]
+) -> list[ContinuationScore]:
+    """One packed pass over the continuations of `group` on top of `base.cache`.
+
+    The query tokens form a trie: per prefix, the continuations' tokens, consecutive ones (of
+    a sorted group) sharing their common leading tokens; each node attends to the trace
+    before its prefix, to its ancestors and to itself, at position prefix_len + depth. The
+    token at prefix_len - 1 is re-fed as the root only when some block scores its first
+    token (its prediction comes from that token's hidden state); otherwise the trace's
+    cache already holds it.
+    """
+    L = len(base.ids)
+    refeed = {conts[i].prefix_len for i in group if conts[i].target_start == 0}
+    tokens: list[int] = []
+    positions: list[int] = []
+    parents: list[int] = []
+    paths: list[list[int]] = []  # per continuation: row j holds the node predicting ids[j]
+
+    def add(token: int, position: int, parent: int) -> int:
+        tokens.append(token)
+        positions.append(position)
+        parents.append(parent)
+        return len(tokens) - 1
+
+    prev: Continuation | None = None
+    for i in group:
+        c = conts[i]
+        if prev is not None and prev.prefix_len == c.prefix_len:
+            share = common_prefix(prev.ids, c.ids)
+            path = paths[-1][: share + 1]
+        else:
+            share = 0
+            root = -1  # no node: the first block token hangs off the cached trace
+            if c.prefix_len in refeed:
+                root = add(base.ids[c.prefix_len - 1], c.prefix_len - 1, -1)
+            path = [root]
+        for j in range(share, len(c.ids)):
+            path.append(add(c.ids[j], c.prefix_len + j, path[-1]))
+        paths.append(path)
+        prev = c
+    mask = packed_mask(L, positions, parents, scorer.layout, scorer.dtype, scorer.device)
+    with maskable_attention(scorer.model, scorer._note):
+        out = scorer._decoder()(
+            input_ids=torch.tensor([tokens], device=scorer.device),
+            position_ids=torch.tensor([positions], device=scorer.device),
+            attention_mask=mask,
+            cache=base.cache,
+            use_cache=True,
+        )
+    base.cache.crop(-len(tokens))  # remove the probe tokens again
+    scorer.forward_tokens += len(tokens)
+    return scorer._scores(out.last_hidden_state[0], paths, [conts[i] for i in group])
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common leading run of two token lists."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+MIN_QUERY_BUDGET = 64  # query tokens per packed pass below which out-of-memory is an error
+
+
+def restore_cache(cache, length: int) -> None:
+    """Cut every cache layer back to `length` tokens (a failed pass may have grown only some)."""
+    for layer in getattr(cache, "layers", []):
+        n = layer.get_seq_length() if getattr(layer, "is_initialized", True) else 0
+        if n > length:
+            layer.crop(-(n - length))

@@ -1,0 +1,394 @@
+"""The scorer: every forward pass the methods need, on one loaded causal LM.
+
+One `Scorer` owns the model and tokenizer. Methods ask it questions — per-token log-probs and
+entropies of a trace, log p(continuation | prefix) for many prefixes of one trace, batched
+scoring of arbitrary sequences, differentiable scores of input embeddings — and never call the
+model themselves, so speed work happens here. How a model is loaded is `loading`; the float32
+output head is `head`; how prefix probes are packed into one pass is `packing`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from cotcredit.encoding import (
+    EncodedTrace,
+    completion_text,
+    encode_completion,
+    encode_trace,
+    rendered_by_template,
+)
+from cotcredit.errors import UserError, is_oom
+from cotcredit.lm import head, packing
+from cotcredit.lm.head import check_head, decoder_of, head_logits, log_probs
+from cotcredit.lm.loading import ModelOptions
+from cotcredit.lm.packing import AttentionLayout, Continuation, ContinuationScore
+from cotcredit.traces import Trace
+
+
+@dataclass
+class TracePass:
+    """One forward pass over a sequence: per-token log-probs, entropies, and its KV cache.
+
+    logprobs[t] = log p(ids[t] | ids[:t]) and entropies[t] = entropy of the predictive
+    distribution after ids[:t+1] (the choice of token t+1), for t >= `stats_from` - 1; 0 before.
+    """
+
+    ids: list[int]
+    logprobs: torch.Tensor
+    entropies: torch.Tensor
+    cache: object | None = None
+    seconds: float = 0.0
+
+
+def _home_relative(path: str) -> str:
+    """`path` with the user's home folder written as ~ (other paths and hub ids unchanged)."""
+    home = os.path.expanduser("~")
+    if home not in ("", "/", "~") and (path == home or path.startswith(home + os.sep)):
+        return "~" + path[len(home):]
+    return path
+
+
+class Scorer:
+    """Owns a causal LM and its tokenizer and answers every scoring question of the methods.
+
+    Logits are always computed here, in float32, from float32 hidden states and head weights
+    whatever the model's dtype, with the output processing of the model's family (Gemma's
+    soft-capping, Granite's `logits_scaling`, Cohere's `logit_scale`, `output_multiplier`). The
+    first forward pass checks that against the model's own `forward`; a family whose processing
+    is not reproduced is refused with one line, never scored silently wrong.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        options: ModelOptions | None = None,
+        name: str = "model",
+        query_budget: int | None = None,
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.options = options or ModelOptions()
+        self.name = name
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        # Query tokens per packed pass: bounds the (queries x keys) mask and attention memory.
+        self.query_budget = query_budget or (4096 if self.device.type == "cuda" else 1024)
+        self.fingerprint = ""  # content hash of a local model folder (set by load_scorer)
+        self.layout = AttentionLayout.of(model.config)
+        self.forward_tokens = 0  # tokens run through the model so far (cost accounting)
+        self.notes: list[str] = []  # things a run should say once (e.g. attention switched)
+        self._prefix_terminators: dict[str, tuple[int, ...]] = {}
+
+    def with_options(self, options: ModelOptions) -> Scorer:
+        s = Scorer.__new__(Scorer)
+        s.__dict__.update(self.__dict__)
+        s.options = options
+        return s
+
+    # ---- description -------------------------------------------------------------------
+    @property
+    def max_context(self) -> int:
+        cfg = self.model.config.get_text_config()
+        return int(getattr(cfg, "max_position_embeddings", None) or 1 << 30)
+
+    def describe(self) -> dict:
+        """Model identity for table metadata."""
+        cfg = self.model.config
+        return {
+            "model": self.name,
+            # Home-relative, so tables checked in or shared do not carry this machine's home.
+            "model_path": _home_relative(getattr(cfg, "_name_or_path", "") or ""),
+            "revision": getattr(cfg, "_commit_hash", None) or "",
+            "architecture": (getattr(cfg, "architectures", None) or [type(self.model).__name__])[0],
+            "dtype": str(self.dtype).replace("torch.", ""),
+            # The device type, not its index: shards run on cuda:0 and cuda:1 are one run.
+            "device": self.device.type,
+            "chat_template": self.uses_chat_template,
+            "system_prompt": self.options.system_prompt,
+            "truncate": self.options.truncate,
+            "weights": self.fingerprint,
+        }
+
+    def run_identity(self) -> dict:
+        """`describe()` for run keys: without the model's path when its content fingerprint is
+        known, so shards on machines holding the model in different folders are one run."""
+        d = self.describe()
+        if d["weights"]:
+            d.pop("model")
+            d.pop("model_path")
+        return d
+
+    # ---- tokenization --------------------------------------------------------------------
+    @property
+    def uses_chat_template(self) -> bool:
+        return bool(self.options.chat_template and getattr(self.tokenizer, "chat_template", None))
+
+    def render_prompt(self, prompt: str) -> str:
+        """The prompt as the model sees it, ready for the response to be appended. A prompt
+        already in the model's chat format (few-shot conversations, traces logged with their
+        template) is used as it is."""
+        if not self.uses_chat_template or rendered_by_template(self.tokenizer, prompt):
+            return prompt
+        messages = []
+        if self.options.system_prompt:
+            messages.append({"role": "system", "content": self.options.system_prompt})
+        messages.append({"role": "user", "content": prompt})
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+
+    def encode_text(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        ids = self.encode_text(self.render_prompt(prompt))
+        bos = self.tokenizer.bos_token_id
+        # Without a template, start like the model's training data did when it uses a BOS token.
+        if (
+            not self.uses_chat_template
+            and not rendered_by_template(self.tokenizer, prompt)
+            and bos is not None
+            and getattr(self.tokenizer, "add_bos_token", False)
+        ):
+            ids = [bos, *ids]
+        return ids
+
+    def encode(self, trace: Trace, reserve: int = 0) -> EncodedTrace:
+        """Tokenize prompt and response separately, as the model saw them (`encoding`).
+
+        `reserve` tokens are kept free in the context for probes appended after the trace.
+        """
+        return encode_trace(
+            self.tokenizer, trace, self.encode_prompt(trace.prompt),
+            max_context=self.max_context, reserve=reserve, truncate=self.options.truncate,
+        )
+
+    def encode_completion(
+        self, trace: Trace, prompt_ids: Sequence[int], completion_ids: Sequence[int],
+        reserve: int = 0,
+    ) -> EncodedTrace:
+        """A generated completion (its own ids, not re-tokenized) after `prompt_ids`;
+        `trace.response` is ignored: the completion's text replaces it."""
+        text, ids, starts, cut = completion_text(self.tokenizer, prompt_ids, completion_ids)
+        trace = dataclasses.replace(trace, response=text)
+        return encode_completion(
+            self.tokenizer, trace, prompt_ids, ids, starts, cut, max_context=self.max_context,
+            reserve=reserve,
+        )
+
+    def terminator_ids(self, prefix: str) -> tuple[int, ...]:
+        """Every vocabulary token whose text starts with `prefix` (e.g. all tokens starting "}")."""
+        if prefix not in self._prefix_terminators:
+            texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
+            self._prefix_terminators[prefix] = tuple(
+                i for i, s in enumerate(texts) if s.startswith(prefix)
+            )
+        return self._prefix_terminators[prefix]
+
+    # ---- logits (the float32 head: `head`) ------------------------------------------------
+    def _decoder(self):
+        return decoder_of(self.model)
+
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 logits for hidden states (..., hidden), with the family's output processing."""
+        return head_logits(self.model, hidden)
+
+    def _log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        return log_probs(self.model, hidden)
+
+    def check_head(self) -> None:
+        """Compare `head_logits` on the decoder's hidden states with the model's own forward on a
+        short sequence, once per model; a mismatch is a UserError naming the model family."""
+        if self.model.__dict__.get("_cotcredit_head_ok"):
+            return
+        ids = self.encode_text("Let me check: 3 + 4 = 7, so the answer is 7.")[:16] or [0, 1, 2]
+        check_head(self.model, self._decoder(), ids)
+
+    # ---- forward passes ------------------------------------------------------------------
+    @torch.no_grad()
+    def forward(self, ids: Sequence[int], keep_cache: bool = True, stats_from: int = 0) -> TracePass:
+        """One pass over `ids`: log-probs and entropies from position `stats_from` - 1 on (the
+        distributions tokens `stats_from`.. were drawn from), computed in chunks of positions so
+        a long trace never materialises a (tokens x vocabulary) tensor; the KV cache keeps every
+        layer's keys whole (also sliding-window layers), for the packed probes."""
+        from transformers import DynamicCache
+
+        self.check_head()
+        t0 = time.perf_counter()
+        x = torch.tensor([list(ids)], device=self.device)
+        cache = DynamicCache() if keep_cache else None
+        out = self._decoder()(input_ids=x, cache=cache, use_cache=keep_cache)
+        self.forward_tokens += x.shape[1]
+        hidden = out.last_hidden_state[0]
+        n = x.shape[1]
+        logprobs = torch.zeros(n, dtype=torch.float32)
+        entropies = torch.zeros(n, dtype=torch.float32)
+        for s in range(max(0, stats_from - 1), n, head.LOGIT_CHUNK):
+            e = min(n, s + head.LOGIT_CHUNK)
+            lp = self._log_probs(hidden[s:e])
+            entropies[s:e] = -(lp.exp() * lp).sum(-1).cpu()
+            nxt = x[0, s + 1 : e + 1]
+            logprobs[s + 1 : s + 1 + len(nxt)] = lp[: len(nxt)].gather(1, nxt[:, None])[:, 0].cpu()
+        # The cache object is filled in place by the forward pass.
+        return TracePass(list(ids), logprobs, entropies, cache, time.perf_counter() - t0)
+
+    def _scores(
+        self, hidden: torch.Tensor, rows: list[list[int]], conts: Sequence[Continuation]
+    ) -> list[ContinuationScore]:
+        """Scores of continuations from the hidden states at their block positions.
+
+        `rows[i]` are the indices into `hidden` of continuation i's block: row 0 holds the token
+        before the block (it predicts ids[0]), row 1 + j holds ids[j]. All needed positions go
+        through the head together, in chunks.
+        """
+        want: list[int] = []
+        for r, c in zip(rows, conts, strict=True):
+            stop = len(c.ids) + (1 if c.terminators else 0)
+            want += r[c.target_start : stop]
+        idx = torch.tensor(want, device=hidden.device, dtype=torch.long)
+        picked: list[torch.Tensor] = []
+        for s in range(0, len(want), head.LOGIT_CHUNK):
+            picked.append(self._log_probs(hidden[idx[s : s + head.LOGIT_CHUNK]]))
+        lp = torch.cat(picked) if picked else hidden.new_zeros((0, 1), dtype=torch.float32)
+        results, at = [], 0
+        for c in conts:
+            m = len(c.ids) - c.target_start
+            tgt = torch.tensor(c.ids[c.target_start :], device=lp.device, dtype=torch.long)
+            tok = lp[at : at + m].gather(1, tgt[:, None])[:, 0] if m else lp.new_zeros(0)
+            total = float(tok.double().sum())
+            at += m
+            if c.terminators:
+                term = torch.tensor(c.terminators, device=lp.device, dtype=torch.long)
+                total += float(torch.logsumexp(lp[at, term], dim=0))
+                at += 1
+            results.append(ContinuationScore(total, tok.cpu().tolist()))
+        return results
+    def score_continuations(
+        self, base: TracePass, conts: Sequence[Continuation]
+    ) -> list[ContinuationScore]:
+        """log p(continuation | base.ids[:prefix_len]) for many continuations, packed (`packing`).
+
+        Uses `base.cache` (from `forward(..., keep_cache=True)`) and one forward per group of
+        blocks whose total length fits `query_budget`. The cache is restored after each group.
+        A model with a layer type packed passes cannot reproduce runs one forward per block.
+        """
+        return packing.score_continuations(self, base, conts)
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    @torch.no_grad()
+    def score_continuations_naive(
+        self, ids: Sequence[int], conts: Sequence[Continuation]
+    ) -> list[ContinuationScore]:
+        """Reference path: one plain forward of the model (its own `forward`, logits included)
+        per continuation, for checks, benchmarks and attention layouts packed passes cannot
+        reproduce."""
+        out = []
+        for c in conts:
+            seq = list(ids[: c.prefix_len]) + list(c.ids)
+            keep = len(c.ids) + 1
+            logits = self.model(
+                input_ids=torch.tensor([seq], device=self.device), logits_to_keep=keep
+            ).logits[0]
+            self.forward_tokens += len(seq)
+            lp = torch.log_softmax(logits.float(), dim=-1)  # row j predicts c.ids[j]
+            tgt = torch.tensor(c.ids[c.target_start :], device=lp.device, dtype=torch.long)
+            tok = lp[c.target_start : len(c.ids)].gather(1, tgt[:, None])[:, 0]
+            total = float(tok.double().sum())
+            if c.terminators:
+                term = torch.tensor(c.terminators, device=lp.device, dtype=torch.long)
+                total += float(torch.logsumexp(lp[len(c.ids), term], dim=0))
+            out.append(ContinuationScore(total, tok.cpu().tolist()))
+        return out
+
+    @torch.no_grad()
+    def score_sequences(
+        self,
+        seqs: Sequence[Sequence[int]],
+        target_lens: Sequence[int],
+        terminators: tuple[int, ...] | None = None,
+        batch_size: int = 8,
+    ) -> list[float]:
+        """Sum of log-probs of the last `target_lens[i]` tokens of each sequence (+ terminator
+        mass), batched with right padding. Used for perturbed traces (attribution, naive mode).
+        On out-of-memory the batch halves (down to one sequence) and is retried."""
+        scores: list[float] = []
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        s = 0
+        while s < len(seqs):
+            batch = seqs[s : s + batch_size]
+            try:
+                got = self._score_batch(batch, target_lens[s : s + len(batch)], terminators, pad)
+            except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError
+                if not is_oom(e):
+                    raise
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                if batch_size == 1:
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                    raise UserError(
+                        f"out of memory scoring one sequence of {len(batch[0])} tokens ({first}); "
+                        "use a shorter trace, --dtype bfloat16 or a larger GPU"
+                    ) from None
+                batch_size = max(1, batch_size // 2)
+                continue
+            scores += got
+            s += len(batch)
+        return scores
+
+    def _score_batch(self, batch, target_lens, terminators, pad) -> list[float]:
+        self.check_head()
+        width = max(len(q) for q in batch)
+        x = torch.full((len(batch), width), pad, dtype=torch.long, device=self.device)
+        att = torch.zeros((len(batch), width), dtype=torch.long, device=self.device)
+        for j, q in enumerate(batch):
+            x[j, : len(q)] = torch.tensor(list(q), device=self.device)
+            att[j, : len(q)] = 1
+        h = self._decoder()(input_ids=x, attention_mask=att).last_hidden_state
+        self.forward_tokens += sum(len(q) for q in batch)
+        conts, rows, flat, at = [], [], [], 0
+        for j, q in enumerate(batch):
+            n, t = len(q), target_lens[j]
+            conts.append(Continuation(prefix_len=n - t, ids=list(q[n - t :]), terminators=terminators))
+            rows.append(list(range(at, at + t + 1)))  # the token before the target, then it
+            flat.append(h[j, n - t - 1 : n])
+            at += t + 1
+        return [s.logprob for s in self._scores(torch.cat(flat), rows, conts)]
+
+    # ---- differentiable scoring (gradient attribution) -------------------------------------
+    def embed(self, ids: Sequence[int]) -> torch.Tensor:
+        """Input embeddings of `ids`, (len, hidden), detached."""
+        with torch.no_grad():
+            x = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
+            return self.model.get_input_embeddings()(x)[0].detach()
+
+    def score_embeddings(
+        self, embeds: torch.Tensor, targets: Sequence[int], terminators: tuple[int, ...] | None
+    ) -> torch.Tensor:
+        """log p(targets | the sequence before them) [+ log terminator mass] for a batch of input
+        embeddings (B, T, hidden) whose last len(targets) rows embed `targets`; differentiable,
+        shape (B,). Only the target positions go through the head."""
+        self.check_head()
+        a = len(targets)
+        hidden = self._decoder()(inputs_embeds=embeds, use_cache=False).last_hidden_state
+        self.forward_tokens += embeds.shape[0] * embeds.shape[1]
+        start = hidden.shape[1] - a - 1  # this position predicts the first target token
+        keep = a + 1 if terminators else a
+        lp = torch.log_softmax(self.head_logits(hidden[:, start : start + keep]), dim=-1)
+        tgt = torch.tensor(list(targets), dtype=torch.long, device=lp.device)
+        total = lp[:, :a].gather(2, tgt.expand(lp.shape[0], -1)[..., None])[..., 0].sum(1)
+        if terminators:
+            term = torch.tensor(terminators, dtype=torch.long, device=lp.device)
+            total = total + torch.logsumexp(lp[:, a, term], dim=-1)
+        return total
+
