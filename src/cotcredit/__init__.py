@@ -14,7 +14,13 @@ and prints)::
     cotcredit.generate("problems.jsonl", "traces.jsonl")
     cotcredit.train("config.yaml")
 
-`compare`, `export`, `merge`, `generate` and `train` are imported on first use (the report,
+    # Inside any trainer: segment credit of generated completions, then per-token advantages.
+    credit = cotcredit.OnlineRredcot(model, tokenizer)
+    out = credit(prompt_ids, completion_ids, answers)      # spans + rewards per completion
+    adv = cotcredit.token_advantages(advantages, [o.rewards for o in out],
+                                     [o.spans for o in out], completion_mask)
+
+`compare`, `export`, `merge`, `generate`, `train` and the online API are imported on first use (the report,
 training and sampling stacks are not loaded by `import cotcredit`).
 """
 
@@ -27,6 +33,11 @@ _LAZY = {
     "merge": ("cotcredit.shards", "merge_tables"),
     "generate": ("cotcredit.problems", "generate_traces"),
     "train": ("cotcredit.training.run", "train"),
+    # Online scoring inside a trainer (see cotcredit.online).
+    "OnlineRredcot": ("cotcredit.online", "OnlineRredcot"),
+    "CompletionCredit": ("cotcredit.online", "CompletionCredit"),
+    "CompletionError": ("cotcredit.online", "CompletionError"),
+    "token_advantages": ("cotcredit.online", "token_advantages"),
 }
 
 __all__ = ["__version__", "segment", "redistribute", "mc_baseline", "attribute", *_LAZY]

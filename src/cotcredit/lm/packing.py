@@ -217,24 +217,24 @@ def maskable_attention(model, note: Callable[[str], None]):
         cfg._attn_implementation = impl
 
 
-def score_group(
-    scorer: Scorer, base: TracePass, conts: Sequence[Continuation], group: list[int]
-) -> list[ContinuationScore]:
-    """One packed pass over the continuations of `group` on top of `base.cache`.
+def probe_trie(
+    ids: Sequence[int], conts: Sequence[Continuation], group: Sequence[int]
+) -> tuple[list[int], list[int], list[int], list[list[int]]]:
+    """The query tokens of one packed pass over the continuations `group` of trace `ids`.
 
-    The query tokens form a trie: per prefix, the continuations' tokens, consecutive ones (of
-    a sorted group) sharing their common leading tokens; each node attends to the trace
-    before its prefix, to its ancestors and to itself, at position prefix_len + depth. The
-    token at prefix_len - 1 is re-fed as the root only when some block scores its first
-    token (its prediction comes from that token's hidden state); otherwise the trace's
-    cache already holds it.
+    The tokens form a trie: per prefix, the continuations' tokens, consecutive ones (of a
+    sorted group) sharing their common leading tokens; each node attends to the trace before
+    its prefix, to its ancestors and to itself, at position prefix_len + depth. The token at
+    prefix_len - 1 is re-fed as the root only when some block scores its first token (its
+    prediction comes from that token's hidden state); otherwise the trace's cache already holds
+    it. Returns (tokens, positions, parents, paths): paths[i][j] is the node whose hidden state
+    predicts ids[j] of the group's i-th continuation.
     """
-    L = len(base.ids)
     refeed = {conts[i].prefix_len for i in group if conts[i].target_start == 0}
     tokens: list[int] = []
     positions: list[int] = []
     parents: list[int] = []
-    paths: list[list[int]] = []  # per continuation: row j holds the node predicting ids[j]
+    paths: list[list[int]] = []
 
     def add(token: int, position: int, parent: int) -> int:
         tokens.append(token)
@@ -252,12 +252,21 @@ def score_group(
             share = 0
             root = -1  # no node: the first block token hangs off the cached trace
             if c.prefix_len in refeed:
-                root = add(base.ids[c.prefix_len - 1], c.prefix_len - 1, -1)
+                root = add(ids[c.prefix_len - 1], c.prefix_len - 1, -1)
             path = [root]
         for j in range(share, len(c.ids)):
             path.append(add(c.ids[j], c.prefix_len + j, path[-1]))
         paths.append(path)
         prev = c
+    return tokens, positions, parents, paths
+
+
+def score_group(
+    scorer: Scorer, base: TracePass, conts: Sequence[Continuation], group: list[int]
+) -> list[ContinuationScore]:
+    """One packed pass over the continuations of `group` on top of `base.cache` (`probe_trie`)."""
+    L = len(base.ids)
+    tokens, positions, parents, paths = probe_trie(base.ids, conts, group)
     mask = packed_mask(L, positions, parents, scorer.layout, scorer.dtype, scorer.device)
     with maskable_attention(scorer.model, scorer._note):
         out = scorer._decoder()(
@@ -270,6 +279,84 @@ def score_group(
     base.cache.crop(-len(tokens))  # remove the probe tokens again
     scorer.forward_tokens += len(tokens)
     return scorer._scores(out.last_hidden_state[0], paths, [conts[i] for i in group])
+
+
+@torch.no_grad()
+def score_continuation_batch(
+    scorer: Scorer,
+    cache,
+    rows_ids: Sequence[Sequence[int]],
+    rows_conts: Sequence[Sequence[Continuation]],
+) -> list[list[ContinuationScore]]:
+    """`score_continuations` for the B traces of one right-padded batch at once.
+
+    `cache` holds the keys of the batch's forward pass (`Scorer.forward_batch`, B rows of the
+    widest trace's length W); row i's continuations are scored on row i's trace. Each row's
+    continuations are split into groups as in `score_continuations`; pass j packs group j of
+    every row into one (B, Q) query batch, Q the longest row's trie, with one (B, 1, Q, W + Q)
+    mask: a row's padded trace keys and its padding queries see nothing but themselves. The
+    cache is cut back to W after each pass. Out-of-memory is raised (the caller splits the
+    batch); a layer type packed passes cannot reproduce scores every probe one by one.
+    """
+    if len(rows_ids) != len(rows_conts):
+        raise ValueError(f"{len(rows_ids)} traces but {len(rows_conts)} lists of continuations")
+    W = max((len(ids) for ids in rows_ids), default=0)
+    for r, (ids, conts) in enumerate(zip(rows_ids, rows_conts)):
+        for c in conts:
+            if not 1 <= c.prefix_len <= len(ids):
+                raise ValueError(f"row {r}: prefix_len {c.prefix_len} outside 1..{len(ids)}")
+    if scorer.layout.unsupported:
+        scorer._note(
+            f"packed probes do not support attention '{scorer.layout.unsupported}': probes "
+            "run one forward pass each (slower, same numbers)"
+        )
+        return [scorer.score_continuations_naive(ids, conts)
+                for ids, conts in zip(rows_ids, rows_conts)]
+    groups = []
+    for conts in rows_conts:
+        order = sorted(range(len(conts)), key=lambda i: (conts[i].prefix_len, conts[i].ids))
+        groups.append(pack(conts, order, scorer.query_budget) if conts else [])
+    results: list[list[ContinuationScore | None]] = [[None] * len(c) for c in rows_conts]
+    pad = scorer.tokenizer.pad_token_id if scorer.tokenizer.pad_token_id is not None else 0
+    dev = scorer.device
+    for j in range(max((len(g) for g in groups), default=0)):
+        tries = [
+            probe_trie(ids, conts, g[j]) if j < len(g) else ([], [], [], [])
+            for ids, conts, g in zip(rows_ids, rows_conts, groups)
+        ]
+        Q = max(len(t[0]) for t in tries)
+        tokens, positions, masks = [], [], []
+        for t, p, par, _ in tries:
+            extra = Q - len(t)
+            # A padding query is its own root at position 0: it sees no trace key, only itself.
+            tokens.append(t + [pad] * extra)
+            positions.append(p + [0] * extra)
+            masks.append(packed_mask(W, positions[-1], par + [-1] * extra, scorer.layout,
+                                     scorer.dtype, dev))
+        if scorer.layout.per_type:
+            mask = {k: torch.cat([m[k] for m in masks]) for k in scorer.layout.types}
+        else:
+            mask = torch.cat(masks)
+        try:
+            with maskable_attention(scorer.model, scorer._note):
+                out = scorer._decoder()(
+                    input_ids=torch.tensor(tokens, device=dev),
+                    position_ids=torch.tensor(positions, device=dev),
+                    attention_mask=mask,
+                    cache=cache,
+                    use_cache=True,
+                )
+        finally:
+            restore_cache(cache, W)  # remove the probe tokens again (also after a failure)
+        scorer.forward_tokens += sum(len(t[0]) for t in tries)
+        for r, (t, g) in enumerate(zip(tries, groups)):
+            if j >= len(g):
+                continue
+            conts = rows_conts[r]
+            scores = scorer._scores(out.last_hidden_state[r], t[3], [conts[i] for i in g[j]])
+            for i, s in zip(g[j], scores):
+                results[r][i] = s
+    return results  # type: ignore[return-value]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

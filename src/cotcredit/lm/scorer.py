@@ -240,6 +240,52 @@ class Scorer:
         # The cache object is filled in place by the forward pass.
         return TracePass(list(ids), logprobs, entropies, cache, time.perf_counter() - t0)
 
+    @torch.no_grad()
+    def forward_batch(
+        self, seqs: Sequence[Sequence[int]], stats_from: Sequence[int]
+    ) -> tuple[list[TracePass], object]:
+        """`forward` for several sequences in one right-padded pass: a `TracePass` per sequence
+        (without a cache of its own) and the batch's KV cache (B rows of the longest length),
+        for `score_continuation_batch`. Equal to `forward` row by row up to float rounding."""
+        from transformers import DynamicCache
+
+        self.check_head()
+        t0 = time.perf_counter()
+        width = max(len(q) for q in seqs)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        x = torch.full((len(seqs), width), pad, dtype=torch.long, device=self.device)
+        att = torch.zeros((len(seqs), width), dtype=torch.long, device=self.device)
+        for j, q in enumerate(seqs):
+            x[j, : len(q)] = torch.tensor(list(q), device=self.device)
+            att[j, : len(q)] = 1
+        cache = DynamicCache()
+        out = self._decoder()(input_ids=x, attention_mask=att, cache=cache, use_cache=True)
+        self.forward_tokens += sum(len(q) for q in seqs)
+        passes = []
+        for j, q in enumerate(seqs):
+            n = len(q)
+            hidden = out.last_hidden_state[j, :n]
+            logprobs = torch.zeros(n, dtype=torch.float32)
+            entropies = torch.zeros(n, dtype=torch.float32)
+            for s in range(max(0, stats_from[j] - 1), n, head.LOGIT_CHUNK):
+                e = min(n, s + head.LOGIT_CHUNK)
+                lp = self._log_probs(hidden[s:e])
+                entropies[s:e] = -(lp.exp() * lp).sum(-1).cpu()
+                nxt = x[j, s + 1 : min(e + 1, n)]
+                logprobs[s + 1 : s + 1 + len(nxt)] = lp[: len(nxt)].gather(1, nxt[:, None])[:, 0].cpu()
+            passes.append(TracePass(list(q), logprobs, entropies, None, 0.0))
+        seconds = (time.perf_counter() - t0) / len(seqs)
+        for p in passes:
+            p.seconds = seconds
+        return passes, cache
+
+    def score_continuation_batch(
+        self, cache, rows_ids: Sequence[Sequence[int]],
+        rows_conts: Sequence[Sequence[Continuation]],
+    ) -> list[list[ContinuationScore]]:
+        """`score_continuations` for every row of a `forward_batch` at once (`packing`)."""
+        return packing.score_continuation_batch(self, cache, rows_ids, rows_conts)
+
     def _scores(
         self, hidden: torch.Tensor, rows: list[list[int]], conts: Sequence[Continuation]
     ) -> list[ContinuationScore]:

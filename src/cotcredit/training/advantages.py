@@ -182,7 +182,10 @@ def batch_token_advantages(
         if rewards is None or spans is None:
             out[i, :n] = plain[i]
             continue
-        out[i, :n] = segment_token_advantages(
-            plain[i], rewards, spans, n, mode=mode, strength=strength, floor=floor
-        )
+        try:
+            out[i, :n] = segment_token_advantages(
+                plain[i], rewards, spans, n, mode=mode, strength=strength, floor=floor
+            )
+        except ValueError as exc:
+            raise ValueError(f"row {i}: {exc}") from None
     return torch.from_numpy(out).to(device=advantages.device, dtype=advantages.dtype)
