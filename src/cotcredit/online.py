@@ -186,6 +186,9 @@ class OnlineRredcot:
         self.max_batch_tokens = max_batch_tokens
         self.name = name
         self._scorer: Scorer | None = None
+        # Rows of the last call skipped because a probe could not be built (on_unscorable
+        # "skip"): {row: message}. Rows without reasoning are skipped silently.
+        self.last_errors: dict[int, str] = {}
 
     @property
     def scorer(self) -> Scorer:
@@ -230,6 +233,7 @@ class OnlineRredcot:
             raise CompletionError(
                 "batch sizes differ: " + ", ".join(f"{k} {v}" for k, v in sizes.items())
             )
+        self.last_errors = {}
         with torch.no_grad():
             scorer = self.scorer
             scorer.check_head()  # a model we cannot reproduce fails before any row
@@ -247,7 +251,8 @@ class OnlineRredcot:
             for batch in self._micro_batches(rows):
                 self._score_rows(scorer, batch)
             for row in rows:
-                results[row.index] = self._credit(row)
+                if row.estimates is not None:
+                    results[row.index] = self._credit(row)
         return results
 
     def score_one(
@@ -336,6 +341,8 @@ class OnlineRredcot:
                     row.estimates = self._estimate(scorer, row)
                 except _Pending as ask:
                     asks.append((row, ask.conts))
+                except UserError as e:  # e.g. an exit string this completion cannot take
+                    self._unscorable(row, e)
             if not asks:
                 break
             scores = scorer.score_continuation_batch(
@@ -349,8 +356,16 @@ class OnlineRredcot:
         row.forward = scorer.forward(row.enc.ids, stats_from=row.enc.prompt_len)
         row.segmentation = segment_encoded(row.enc, row.forward.entropies, self.segment_options)
         ctx = TraceContext(scorer, row.enc, row.forward, row.segmentation)
-        row.estimates = estimate(ctx, self.options)
+        try:
+            row.estimates = estimate(ctx, self.options)
+        except UserError as e:
+            self._unscorable(row, e)
         row.forward.cache = None
+
+    def _unscorable(self, row: _Row, error: UserError) -> None:
+        if self.on_unscorable == "raise":
+            raise CompletionError(str(error), row.index) from None
+        self.last_errors[row.index] = str(error)
 
     def _estimate(self, scorer: Scorer, row: _Row):
         ctx = TraceContext(_DeferredProbes(scorer, row.answers), row.enc, row.forward,

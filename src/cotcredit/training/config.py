@@ -26,7 +26,16 @@ Prompts are rendered as chat messages (``system_prompt`` first when given) for a
 chat template (``chat_template: false`` feeds the raw prompt text), exactly as the analysis
 commands render them. ``dtype: auto`` keeps the trained weights in float32 (TRL's ``bf16``
 then trains in bf16 autocast). ``eval`` says how ``eval_file`` is answered before and after
-training (greedy by default).
+training (greedy by default). ``lora`` trains LoRA adapters (``peft``, the optional extra
+``cotcredit[peft]``) instead of every weight::
+
+    lora:
+      rank: 16
+      alpha: 32
+      target_modules: [q_proj, k_proj, v_proj, o_proj]   # default: all-linear
+
+In mode ``rredcot`` the scorer then runs through the adapted policy (base weights + the
+current adapters); checkpoints hold the adapters (``adapter_model.safetensors``).
 """
 
 from __future__ import annotations
@@ -69,6 +78,15 @@ class RredcotTrainingOptions(_Section):
     length_norm: bool = False  # per-token (geometric-mean) normalisation of v-hat
     strength: float = Field(DEFAULT_STRENGTH, ge=0)  # β of the reweighting (advantages.py)
     floor: float = Field(DEFAULT_FLOOR, ge=0, le=1)  # share of the plain advantage kept
+
+
+class LoraOptions(_Section):
+    """LoRA adapters (peft) trained instead of the full weights; ``rank: 0`` (default) is off."""
+
+    rank: int = Field(0, ge=0)  # r of LoraConfig; 0: train every weight (no LoRA)
+    alpha: float = Field(16.0, gt=0)  # lora_alpha (the update is scaled by alpha / rank)
+    target_modules: str | list[str] = "all-linear"  # module names, or peft's "all-linear"
+    dropout: float = Field(0.0, ge=0, lt=1)  # lora_dropout
 
 
 class GrpoOptions(_Section):
@@ -123,6 +141,7 @@ class TrainConfig(_Section):
     seed: int = 42
     advantage: Literal["grpo", "rredcot"] = "rredcot"
     rredcot: RredcotTrainingOptions = RredcotTrainingOptions()
+    lora: LoraOptions = LoraOptions()
     grpo: GrpoOptions = GrpoOptions()
     eval: EvalOptions = EvalOptions()
 
@@ -360,6 +379,25 @@ def grpo_kwargs(cfg: TrainConfig) -> dict[str, Any]:
             raise UserError(f"{cfg._source}: grpo.extra.{key}: set 'grpo.gradient_checkpointing'")
         kwargs[key] = value
     return kwargs
+
+
+def lora_config(cfg: TrainConfig):
+    """peft's ``LoraConfig`` for ``cfg.lora`` (None when ``rank`` is 0)."""
+    if cfg.lora.rank == 0:
+        return None
+    try:
+        import peft
+    except ImportError:
+        raise UserError(
+            f"{cfg._source}: lora: peft is not installed (pip install 'cotcredit[peft]')"
+        ) from None
+    return peft.LoraConfig(
+        r=cfg.lora.rank,
+        lora_alpha=cfg.lora.alpha,
+        target_modules=cfg.lora.target_modules,
+        lora_dropout=cfg.lora.dropout,
+        task_type="CAUSAL_LM",
+    )
 
 
 def to_grpo_config(cfg: TrainConfig):

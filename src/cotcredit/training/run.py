@@ -13,8 +13,11 @@
 4. Reward function ``correct``: 1.0 when the completion's final answer is equivalent to the
    reference answer (``grading.grade_completion``, math-verify), else 0.0.
 5. Mode ``rredcot``: ``scoring.PolicySegmentRewards`` on the trainer's own model (the current
-   policy) gives each completion's segment rewards; ``RredcotGRPOTrainer`` turns them into
-   per-token advantages (``advantages.segment_token_advantages``).
+   policy; with ``lora``, the adapted one) gives the segment rewards of a batch's completions
+   (``cotcredit.online.OnlineRredcot``: shared forward and probe passes), redistributing each
+   completion's total reward (step 4's functions, weighted as TRL weights them);
+   ``RredcotGRPOTrainer`` turns them into per-token advantages
+   (``advantages.segment_token_advantages``).
 6. Evaluate accuracy on ``eval_file`` before training, train (resuming from a checkpoint when
    asked), evaluate after, and write the outputs.
 
@@ -39,7 +42,7 @@ import yaml
 
 from cotcredit.encoding import rendered_by_template
 from cotcredit.errors import UserError
-from cotcredit.training.config import TrainConfig, load_config, to_grpo_config
+from cotcredit.training.config import TrainConfig, load_config, lora_config, to_grpo_config
 from cotcredit.training.metrics import (
     CURVE_FILE,
     METRICS_FILE,
@@ -346,12 +349,15 @@ def train(
     them and the old logs). ``max_steps`` overrides ``grpo.max_steps``, ``seed`` the config's seed. ``callbacks``: extra
     ``transformers.TrainerCallback`` objects. ``extra_rewards``: more TRL reward functions
     (``f(completions, answer, **columns) -> list[float]``), summed with the correctness reward
-    (RREDCoT's outcome stays the graded correctness). User mistakes raise ``UserError``.
+    (weighted by ``grpo.extra.reward_weights`` when set); in mode ``rredcot`` that total is the
+    outcome ζ each completion's segment rewards redistribute (without extra rewards: the graded
+    correctness). User mistakes raise ``UserError``.
     """
     start = time.perf_counter()
     cfg = load_config(config) if isinstance(config, (str, Path)) else config
     cfg = _with_overrides(cfg, max_steps, seed)
     args = to_grpo_config(cfg)
+    peft_config = lora_config(cfg)
     train_problems = _problems(cfg.train_file)
     eval_problems = _problems(cfg.eval_file) if cfg.eval_file is not None else None
     out = Path(cfg.output_dir)
@@ -395,7 +401,11 @@ def train(
             segment_rewards_fn=segment_fn,
             strength=cfg.rredcot.strength,
             floor=cfg.rredcot.floor,
+            peft_config=peft_config,
         )
+    if segment_fn is not None:
+        # With LoRA the trainer wrapped the model: score through the adapted policy it trains.
+        segment_fn.model = trainer.model
     logger.trainer = trainer
     main = trainer.accelerator.is_main_process
     if main:

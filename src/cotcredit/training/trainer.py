@@ -22,7 +22,10 @@ and the completion's token ids (up to and including EOS) — and, when the calla
 keyword ``example`` (or ``**kwargs``), the completion's dataset row (a dict with ``prompt``,
 ``answer``, ``solution``... as TRL received it; row i of TRL's output belongs to ``inputs[i]``) —
 inside ``torch.no_grad()`` with the
-policy unwrapped (ZeRO-3 parameters gathered) and in eval mode. The callable scores with the
+policy unwrapped (ZeRO-3 parameters gathered) and in eval mode. A callable with a method
+``score_batch(prompt_ids, completion_ids, examples, outcomes)`` (``scoring.PolicySegmentRewards``)
+is called once for all those completions instead, with ``outcomes`` = each completion's total
+reward (TRL's weighted sum of the reward functions: the return RREDCoT redistributes). The callable scores with the
 *current* policy by holding a reference to the model object given to the trainer (the same
 object as ``trainer.model`` unless PEFT wraps it, in which case build it from ``trainer.model``
 after construction and assign ``trainer.segment_rewards_fn``). It returns the segment rewards
@@ -85,7 +88,27 @@ class RredcotGRPOTrainer(GRPOTrainer):
         self.floor = floor
         self.rredcot_seconds_total = 0.0  # this process's seconds in segment_rewards_fn so far
         self._scoring_examples = None
+        self._rewards_per_func = None  # the last batch's rewards (all processes' rows)
         super().__init__(*args, **kwargs)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._rewards_per_func = rewards
+        return rewards
+
+    def _reward_totals(self, n_local: int) -> list[float | None] | None:
+        """Each local completion's total reward, weighted as TRL weights it (None where every
+        reward function returned None), or None when the rewards are not at hand."""
+        rewards = self._rewards_per_func
+        if rewards is None:
+            return None
+        start = self.accelerator.process_index * n_local
+        mine = rewards[start : start + n_local]
+        if mine.shape[0] != n_local:
+            return None
+        totals = (mine * self.reward_weights.to(mine.device).unsqueeze(0)).nansum(dim=1)
+        unscorable = torch.isnan(mine).all(dim=1)
+        return [None if u else float(t) for t, u in zip(totals.tolist(), unscorable.tolist())]
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
@@ -95,6 +118,7 @@ class RredcotGRPOTrainer(GRPOTrainer):
                 output["advantages"] = self._rredcot_advantages(output)
             finally:
                 self._scoring_examples = None
+                self._rewards_per_func = None
         return output
 
     def _wants_example(self) -> bool:
@@ -143,20 +167,27 @@ class RredcotGRPOTrainer(GRPOTrainer):
         pass_example = (
             examples is not None and len(examples) == len(plain) and self._wants_example()
         )
+        selected = [i for i, (a, n) in enumerate(zip(plain, lengths, strict=True)) if a and n]
+        p_rows = [prompt_ids[i][prompt_mask[i]].tolist() for i in selected]
+        c_rows = [completion_ids[i, : int(lengths[i])].tolist() for i in selected]
+        batch_fn = getattr(self.segment_rewards_fn, "score_batch", None)
         start = time.perf_counter()
         with self._policy_for_scoring():
-            for i, (a, n) in enumerate(zip(plain, lengths, strict=True)):
-                if a == 0.0 or n == 0:
-                    continue
-                extra = {"example": examples[i]} if pass_example else {}
-                result = self.segment_rewards_fn(
-                    prompt_ids[i][prompt_mask[i]].tolist(),
-                    completion_ids[i, : int(n)].tolist(),
-                    **extra,
+            if batch_fn is not None and pass_example:
+                totals = self._reward_totals(len(plain))
+                results = batch_fn(
+                    p_rows, c_rows, [examples[i] for i in selected],
+                    [totals[i] for i in selected] if totals is not None else None,
                 )
-                if result is not None:
-                    rewards[i], spans[i] = result
-                    n_segments.append(len(rewards[i]))
+            else:
+                results = []
+                for i, p_ids, c_ids in zip(selected, p_rows, c_rows):
+                    extra = {"example": examples[i]} if pass_example else {}
+                    results.append(self.segment_rewards_fn(p_ids, c_ids, **extra))
+        for i, result in zip(selected, results, strict=True):
+            if result is not None:
+                rewards[i], spans[i] = result
+                n_segments.append(len(rewards[i]))
         seconds = time.perf_counter() - start
         self.rredcot_seconds_total += seconds
         try:
