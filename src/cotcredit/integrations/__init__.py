@@ -1,0 +1,1 @@
+"""RREDCoT credit inside other training engines (each module needs its engine installed)."""
