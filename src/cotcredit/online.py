@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -266,12 +267,18 @@ class OnlineRredcot:
     def _encode(self, scorer, i, p_ids, c_ids, answer, solution, outcome, prompt) -> _Row | None:
         if answer is None or str(answer) == "":
             raise CompletionError("no reference answer", i)
-        p_ids, c_ids = list(p_ids), list(c_ids)
-        vocab = len(self.tokenizer)
+        vocab = scorer.model.get_input_embeddings().num_embeddings
+        checked = []
         for what, ids in (("prompt", p_ids), ("completion", c_ids)):
-            bad = next((t for t in ids if not (isinstance(t, int) and 0 <= t < vocab)), None)
+            try:
+                ids = [operator.index(t) for t in ids]  # ints, numpy ints, 0-d tensors
+            except TypeError:
+                raise CompletionError(f"{what} ids must be integer token ids", i) from None
+            bad = next((t for t in ids if not 0 <= t < vocab), None)
             if bad is not None:
                 raise CompletionError(f"{what} token id {bad!r} is not in the vocabulary", i)
+            checked.append(ids)
+        p_ids, c_ids = checked
         if not p_ids:
             raise CompletionError("empty prompt_ids", i)
         if outcome is not None and not math.isfinite(float(outcome)):
