@@ -34,9 +34,9 @@ once: the initial policy (= the frozen reference) unless ``model`` names other w
 credit comes from the frozen starting policy, unlike ``cotcredit train``, which scores with the
 current policy. Cost per batch: one forward over prompt + reasoning of each scored completion,
 plus packed probe passes of (segments + 1) × |exit string + answer| tokens each (twice that and
-the solution's length with ``value: both``); with the 135M embedded model on 2 CPU cores a batch
-of 32 short completions takes seconds (``benchmarks/bench_online.py``). Needs verl (``pip
-install --no-deps verl==0.9.1``) and ``cotcredit[verl]``.
+the solution's length with ``value: both``); with the 135M embedded model, 32 completions of
+12k tokens in all took 210 s on 2 busy CPU cores (``benchmarks/bench_online.py``): give that
+process a GPU. Needs verl (``pip install --no-deps verl==0.9.1``) and ``cotcredit[verl]``.
 """
 
 from __future__ import annotations
