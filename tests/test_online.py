@@ -163,3 +163,23 @@ def test_wrapped_and_peft_models_are_scored_through_their_wrappers(scorer, tiny_
     again = OnlineRredcot(merged, scorer.tokenizer, segments=3)(p, c, a)
     for x, y in zip(adapted, again):
         assert np.allclose(x.g, y.g, rtol=1e-4, atol=0)
+
+
+def test_out_of_memory_halves_the_batch_with_the_same_numbers(scorer):
+    p, c, a, s = batch(scorer)
+    ref = OnlineRredcot(scorer.model, scorer.tokenizer, segments=3)(p, c, a, s)
+    online = OnlineRredcot(scorer.model, scorer.tokenizer, segments=3)
+    real = online.scorer.forward_batch
+    sizes = []
+
+    def small_memory(seqs, stats_from):
+        sizes.append(len(seqs))
+        if len(seqs) > 2:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(seqs, stats_from)
+
+    online.scorer.forward_batch = small_memory
+    got = online(p, c, a, s)
+    assert sizes[0] == 6 and max(sizes[1:]) <= 3 and 2 in sizes
+    for x, y in zip(ref, got):
+        assert x.spans == y.spans and np.allclose(x.rewards, y.rewards, atol=1e-5, rtol=0)
