@@ -23,12 +23,13 @@ keyword ``example`` (or ``**kwargs``), the completion's dataset row (a dict with
 ``answer``, ``solution``... as TRL received it; row i of TRL's output belongs to ``inputs[i]``) —
 inside ``torch.no_grad()`` with the
 policy unwrapped (ZeRO-3 parameters gathered) and in eval mode. A callable with a method
-``score_batch(prompt_ids, completion_ids, examples, outcomes)`` (``scoring.PolicySegmentRewards``)
-is called once for all those completions instead, with ``outcomes`` = each completion's total
-reward (TRL's weighted sum of the reward functions: the return RREDCoT redistributes). The callable scores with the
-*current* policy by holding a reference to the model object given to the trainer (the same
-object as ``trainer.model`` unless PEFT wraps it, in which case build it from ``trainer.model``
-after construction and assign ``trainer.segment_rewards_fn``). It returns the segment rewards
+``score_batch(prompt_ids, completion_ids, examples, outcomes)``
+(``scoring.PolicySegmentRewards``) is called once for all those completions instead, with
+``outcomes`` = each completion's total reward (TRL's weighted sum of the reward functions: the
+return RREDCoT redistributes). The callable scores with the *current* policy by holding a
+reference to the model object given to the trainer (the same object as ``trainer.model`` unless
+PEFT wraps it: then point it at ``trainer.model`` after construction, as ``cotcredit train``
+does). It returns the segment rewards
 and their half-open token spans relative to the completion, or None when the completion cannot
 be segmented (then the completion keeps the plain advantage). Multi-turn tool calling is not
 supported in mode ``rredcot`` (tool tokens would sit inside the spans).
