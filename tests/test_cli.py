@@ -195,3 +195,37 @@ def test_cli_defaults_and_help_are_the_dataclasses():
     for cls in classes:
         for f in dataclasses.fields(cls):
             assert f.name == "fields" or f.metadata.get("help"), (cls.__name__, f.name)
+
+
+def test_help_shows_the_choices_of_every_option_that_has_them(capsys):
+    """`--merge pair|boundary`, not `--merge <str>`: for every command, every option whose field
+    declares choices shows them as its metavar in --help."""
+    import typer
+
+    from cotcredit.cli import app
+    from cotcredit.cli_params import params_of
+    from cotcredit.comparison import ReportOptions
+    from cotcredit.exports import ExportOptions
+    from cotcredit.lm import ModelOptions
+    from cotcredit.methods import registry
+    from cotcredit.pipeline import InputOptions
+    from cotcredit.problems import GenerateOptions, ProblemInputOptions
+    from cotcredit.segmentation import SegmentOptions
+
+    classes = [InputOptions, ModelOptions, SegmentOptions, ReportOptions, ExportOptions,
+               GenerateOptions, ProblemInputOptions, *(s.options_type for s in registry().values())]
+    choices = {p.flag: p.choices for cls in classes for p in params_of(cls) if p.choices}
+    assert {"--merge", "--dtype", "--on-error", "--truncated", "--format"} <= set(choices)
+    checked = 0
+    for name, command in typer.main.get_group(app).commands.items():
+        code, stdout, _ = run_cli([name, "--help"], capsys)
+        assert code == 0
+        help_text = " ".join(stdout.split())  # click wraps long lines
+        for param in command.params:
+            flag = next((o for o in param.opts if o in choices), None)
+            if flag:
+                assert f"{flag} {'|'.join(choices[flag])}" in help_text, (name, flag)
+                checked += 1
+    assert checked >= 20
+    code, stdout, _ = run_cli(["segment", "--help"], capsys)
+    assert "--merge pair|boundary" in stdout and "--merge <str>" not in stdout

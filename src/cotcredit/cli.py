@@ -42,6 +42,18 @@ app = typer.Typer(
 )
 out = Console()
 err = Console(stderr=True, soft_wrap=True)  # messages stay one line when piped
+# Columns a table may take when printed to a file or pipe: there is no screen to fit, and rich's
+# default of 80 would cut cells ("Spearm…"); tables still take only their natural width.
+PIPED_WIDTH = 1000
+
+
+def _fit_consoles() -> None:
+    """Let tables printed to a non-terminal take their natural width (COLUMNS still wins)."""
+    import os
+
+    for console in (out, err):
+        if not console.is_terminal and not os.environ.get("COLUMNS"):
+            console.width = PIPED_WIDTH
 
 # ---- what every analysis command takes besides its options classes --------------------------
 Traces = Annotated[Path, typer.Argument(help="JSONL file of traces (one JSON object per line).")]
@@ -499,6 +511,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning user errors into one line (or one line per problem)
     and exit status 2."""
     interrupted = "interrupted: finished traces are saved; rerun the same command to resume"
+    _fit_consoles()
     try:
         rc = app(args=argv, standalone_mode=False)
     except UserError as e:
