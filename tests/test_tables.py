@@ -329,7 +329,7 @@ def written_table(path: Path, ids: list[str], close: bool = True) -> Path:
 @pytest.mark.parametrize("close", [True, False], ids=["compacted", "one-part-per-trace"])
 def test_datasets_loads_a_table_folder(tmp_path, close):
     """`datasets.load_dataset("parquet", data_dir=OUT)`: the metadata is hidden, so the data
-    files are all it reads (the pre-0.3 `_cotcredit.json` made it fail)."""
+    files are all it reads (the `_cotcredit.json` of 0.2 made it fail)."""
     import datasets
 
     ids = ["t0", "t1", "t2"]
@@ -365,7 +365,7 @@ def test_duckdb_reads_the_data_files(tmp_path):
     assert got == list(zip(want.trace_id, want.segment, want.score))
 
 
-def test_tables_written_before_0_3_are_read_and_resumed(tmp_path):
+def test_tables_of_0_2_are_read_and_resumed(tmp_path):
     """Old tables keep their metadata in `_cotcredit.json`: still read (the ones checked in under
     examples/ too); a run resuming one moves it to the hidden file, after which `datasets`
     reads the folder."""

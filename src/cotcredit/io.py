@@ -5,12 +5,12 @@ A result table is a Parquet *dataset folder* (`rredcot.parquet/`): data files na
 (the run metadata). Everything that is not data has a hidden name (temporary files ".….tmp",
 the metadata, compaction journals): pyarrow and pandas skip names starting with "." or "_",
 `datasets.load_dataset("parquet", data_dir=...)` skips hidden files, and a `*.parquet` glob
-(polars, DuckDB) matches data files only. Tables written before 0.3 keep their metadata in
-`_cotcredit.json`; it is still read, and replaced by the hidden file when a run writes to the
-table again.
+(polars, DuckDB) matches data files only. Tables of cotcredit 0.2 and earlier keep their
+metadata in `_cotcredit.json`; it is still read, and replaced by the hidden file when a run
+writes to the table again.
 
 Compaction (`tables.compact`) replaces several data files by one: it writes the merged file
-under a hidden name, records `{"target", "sources"}` in a journal `_compaction-….json`, renames
+under a hidden name, records `{"target", "sources"}` in a journal `.compaction-….json`, renames
 the merged file into place, deletes the sources and then the journal. A process killed between
 the rename and the end leaves the target *and* some sources visible; the readers here apply such
 an unfinished journal (they skip the sources), and the next writer finishes it on disk
@@ -35,8 +35,8 @@ from cotcredit.errors import UserError
 
 META_KEY = b"cotcredit"  # Parquet key-value metadata key of the run metadata
 META_FILE = ".cotcredit.json"  # the run metadata of a table folder
-LEGACY_META_FILE = "_cotcredit.json"  # where tables written before 0.3 keep it
-# Journals of unfinished compactions: .compaction-<host>-<pid>-<id>.json (before 0.3: _compaction).
+LEGACY_META_FILE = "_cotcredit.json"  # where tables of cotcredit <= 0.2 keep it
+# Journals of unfinished compactions: .compaction-<host>-<pid>-<id>.json (<= 0.2: _compaction).
 JOURNAL = ".compaction"
 _LEGACY_JOURNAL = "_compaction"
 
@@ -231,7 +231,7 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
 
 def metadata_file(folder: Path) -> Path | None:
     """The run metadata file of a table folder (`.cotcredit.json`, or `_cotcredit.json` of a
-    table written before 0.3), None when it has none."""
+    table of cotcredit <= 0.2), None when it has none."""
     for name in (META_FILE, LEGACY_META_FILE):
         if (folder / name).exists():
             return folder / name
@@ -239,8 +239,8 @@ def metadata_file(folder: Path) -> Path | None:
 
 
 def write_metadata(folder: Path, metadata: dict) -> None:
-    """Write a table folder's run metadata (atomically), replacing a pre-0.3 `_cotcredit.json`,
-    which `datasets` would try to read as data."""
+    """Write a table folder's run metadata (atomically), replacing the `_cotcredit.json` of
+    cotcredit <= 0.2, which `datasets` would try to read as data."""
     write_atomic(folder / META_FILE, json.dumps(metadata, default=str, indent=1))
     with contextlib.suppress(FileNotFoundError):
         (folder / LEGACY_META_FILE).unlink()
