@@ -14,14 +14,17 @@ and prints)::
     cotcredit.generate("problems.jsonl", "traces.jsonl")
     cotcredit.train("config.yaml")
 
-`compare`, `export`, `merge`, `generate` and `train` are imported on first use (the report,
-training and sampling stacks are not loaded by `import cotcredit`).
+Each is imported on first use: `import cotcredit` (and `cotcredit --help`) loads no torch,
+transformers, pandas or report stack; the first call brings in what it needs.
 """
 
-from cotcredit.api import attribute, mc_baseline, redistribute, segment
 from cotcredit.version import __version__
 
 _LAZY = {
+    "segment": ("cotcredit.api", "segment"),
+    "redistribute": ("cotcredit.api", "redistribute"),
+    "mc_baseline": ("cotcredit.api", "mc_baseline"),
+    "attribute": ("cotcredit.api", "attribute"),
     "compare": ("cotcredit.comparison", "compare"),
     "export": ("cotcredit.exports", "export"),
     "merge": ("cotcredit.shards", "merge_tables"),
@@ -29,7 +32,7 @@ _LAZY = {
     "train": ("cotcredit.training.run", "train"),
 }
 
-__all__ = ["__version__", "segment", "redistribute", "mc_baseline", "attribute", *_LAZY]
+__all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name: str):
@@ -39,3 +42,7 @@ def __getattr__(name: str):
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'cotcredit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

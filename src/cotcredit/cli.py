@@ -20,7 +20,7 @@ from cotcredit.cli_params import with_options
 from cotcredit.comparison import ReportOptions, Shortcuts
 from cotcredit.errors import UserError
 from cotcredit.exports import ExportOptions
-from cotcredit.lm import ModelOptions
+from cotcredit.lm.loading import ModelOptions
 from cotcredit.methods.gradient import GradientOptions
 from cotcredit.methods.loo import LooOptions
 from cotcredit.methods.mc import McOptions
@@ -80,13 +80,6 @@ def _show_option(what: str) -> type:
     return Annotated[
         str | None, typer.Option("--show", help=f"Print one trace's {what} (trace id, or 'first').")
     ]
-
-
-def _loading(model: ModelOptions):
-    from cotcredit.lm import load_scorer
-
-    with err.status("loading model"):
-        return load_scorer(model)
 
 
 def _report(summary, quiet: bool) -> None:
@@ -151,7 +144,7 @@ def segment(
     """Cut each trace's reasoning into segments (hybrid keyword-entropy) and write them."""
     import cotcredit
 
-    summary = cotcredit.segment(traces, output, options=segment, model=_loading(model),
+    summary = cotcredit.segment(traces, output, options=segment, model=model,
                                 inputs=inputs, overwrite=overwrite, progress=not quiet,
                                 timings=timings)
     _report(summary, quiet)
@@ -185,7 +178,7 @@ def redistribute(
 
     summary = cotcredit.redistribute(
         traces, output, options=rredcot, segment_options=segment, segments_file=segments_file,
-        model=_loading(model), inputs=inputs, overwrite=overwrite, progress=not quiet,
+        model=model, inputs=inputs, overwrite=overwrite, progress=not quiet,
         timings=timings, label=label,
     )
     _report(summary, quiet)
@@ -215,7 +208,7 @@ def mc_baseline(
 
     summary = cotcredit.mc_baseline(
         traces, output, options=mc, segment_options=segment, segments_file=segments_file,
-        model=_loading(model), inputs=inputs, overwrite=overwrite, progress=not quiet,
+        model=model, inputs=inputs, overwrite=overwrite, progress=not quiet,
         timings=timings, label=label,
     )
     _report(summary, quiet)
@@ -279,7 +272,7 @@ def attribute(
     methods = {name: given.get(name) for name in names}
     summary = cotcredit.attribute(
         traces, output, methods=methods, segment_options=segment, segments_file=segments_file,
-        model=_loading(model), inputs=inputs, overwrite=overwrite, progress=not quiet,
+        model=model, inputs=inputs, overwrite=overwrite, progress=not quiet,
         timings=timings,
     )
     _report(summary, quiet)
@@ -350,7 +343,7 @@ def compare(
             raise UserError("compare: give one traces file, or --scores with score tables")
         short = {k: v for k, v in dataclasses.asdict(shortcuts).items() if v is not None}
         result = cotcredit.compare(
-            files[0], model=_loading(model), config=config, sets=set_, shortcuts=short,
+            files[0], model=model, config=config, sets=set_, shortcuts=short,
             segment_options=segment, segments_file=segments_file, inputs=inputs,
             overwrite=overwrite, progress=not quiet, timings=timings, **kwargs,
         )
@@ -441,7 +434,7 @@ def generate(
 
     check_choices(inputs)
     summary = cotcredit.generate(
-        problems, output, model=_loading(model), options=options, fields=inputs.names(),
+        problems, output, model=model, options=options, fields=inputs.names(),
         on_error=inputs.on_error, max_problems=inputs.max_problems, overwrite=overwrite,
         progress=not quiet,
     )

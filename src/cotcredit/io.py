@@ -27,11 +27,13 @@ import shutil
 import socket
 import uuid
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
+
+if TYPE_CHECKING:  # pyarrow loads with the first table read (keeps `--help` fast)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 META_KEY = b"cotcredit"  # Parquet key-value metadata key of the run metadata
 META_FILE = ".cotcredit.json"  # the run metadata of a table folder
@@ -184,6 +186,9 @@ def check_exists(path: Path) -> None:
 
 def open_file(path: Path) -> pq.ParquetFile:
     """A Parquet file opened for reading, or a one-line UserError."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         return pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
@@ -204,6 +209,8 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
     a column some file lacks is null there. `columns` missing from the table (its first file)
     are an error naming them.
     """
+    import pyarrow as pa
+
     path = Path(path)
     files = files_of(path)
     tables = []
