@@ -66,7 +66,9 @@ def test_redistribute_reuses_segmentation(tiny_model_dir, traces_file, tmp_path,
         ([], ["--segments", "0"], "--segments must be at least 1"),
         ([], ["--merge", "x"], "--merge must be one of pair, boundary"),
         ([], ["--shard", "3/2"], "--shard 3/2: need 0 <= i < n"),
-        ([], ["--model", "/nonexistent/model.gguf"], "no such GGUF file"),
+        ([], ["--model", "/nonexistent/model.gguf"], "--model: no such folder or file: /nonexistent/model.gguf"),
+        ([], ["--model", "./no/such/folder"], "--model: no such folder or file: ./no/such/folder"),
+        ([], ["--model", "~/no-such-model"], "--model: no such folder or file: ~/no-such-model"),
     ],
 )
 def test_bad_input_one_line_exit_2(tiny_model_dir, tmp_path, capsys, lines, argv, message):
@@ -195,3 +197,153 @@ def test_cli_defaults_and_help_are_the_dataclasses():
     for cls in classes:
         for f in dataclasses.fields(cls):
             assert f.name == "fields" or f.metadata.get("help"), (cls.__name__, f.name)
+
+
+def test_help_shows_the_choices_of_every_option_that_has_them(capsys):
+    """`--merge pair|boundary`, not `--merge <str>`: for every command, every option whose field
+    declares choices shows them as its metavar in --help."""
+    import typer
+
+    from cotcredit.cli import app
+    from cotcredit.cli_params import params_of
+    from cotcredit.comparison import ReportOptions
+    from cotcredit.exports import ExportOptions
+    from cotcredit.lm import ModelOptions
+    from cotcredit.methods import registry
+    from cotcredit.pipeline import InputOptions
+    from cotcredit.problems import GenerateOptions, ProblemInputOptions
+    from cotcredit.segmentation import SegmentOptions
+
+    classes = [InputOptions, ModelOptions, SegmentOptions, ReportOptions, ExportOptions,
+               GenerateOptions, ProblemInputOptions, *(s.options_type for s in registry().values())]
+    choices = {p.flag: p.choices for cls in classes for p in params_of(cls) if p.choices}
+    assert {"--merge", "--dtype", "--on-error", "--truncated", "--format"} <= set(choices)
+    checked = 0
+    for name, command in typer.main.get_group(app).commands.items():
+        code, stdout, _ = run_cli([name, "--help"], capsys)
+        assert code == 0
+        help_text = " ".join(stdout.split())  # click wraps long lines
+        for param in command.params:
+            flag = next((o for o in param.opts if o in choices), None)
+            if flag:
+                assert f"{flag} {'|'.join(choices[flag])}" in help_text, (name, flag)
+                checked += 1
+    assert checked >= 20
+    code, stdout, _ = run_cli(["segment", "--help"], capsys)
+    assert "--merge pair|boundary" in stdout and "--merge <str>" not in stdout
+
+
+BAD_THIRD_LINE = [
+    {"id": "a", "prompt": "Q?", "response": "Think.\nAnswer: 1", "answer": "1"},
+    {"id": "b", "prompt": "Q?", "response": "Think.\nAnswer: 2", "answer": "2"},
+    {"id": "c", "prompt": "Q?", "response": "Think.\nAnswer: 3"},  # no reference answer
+]
+
+
+@pytest.mark.parametrize("argv", [
+    ["segment", "F"], ["redistribute", "F"], ["mc-baseline", "F"],
+    ["attribute", "F", "--method", "loo"], ["compare", "F", "--methods", "rredcot,loo"],
+    ["generate", "F"], ["train", "CONFIG"],
+])
+def test_a_bad_input_line_costs_no_model_load(tmp_path, capsys, monkeypatch, argv):
+    """The whole input is read before the model loads: a bad third line fails at once."""
+    import cotcredit.lm
+    import cotcredit.training.run
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the input was checked")
+
+    monkeypatch.setattr(cotcredit.lm, "load_scorer", no_load)
+    monkeypatch.setattr(cotcredit.training.run, "load_policy", no_load)
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "in.jsonl"
+    f.write_text("".join(json.dumps(t) + "\n" for t in BAD_THIRD_LINE))
+    (tmp_path / "c.yaml").write_text(f"train_file: {f}\noutput_dir: {tmp_path / 'run'}\n")
+    argv = [{"F": f, "CONFIG": tmp_path / "c.yaml"}.get(a, a) for a in argv]
+    code, _, err = run(argv, capsys)
+    assert code == 2, err
+    assert "in.jsonl:3:" in err and "answer" in err and "Traceback" not in err
+    assert not list(tmp_path.glob("*.parquet")) and not (tmp_path / "report").exists()
+
+
+def test_bad_options_and_segments_file_cost_no_model_load(traces_file, tmp_path, capsys,
+                                                          monkeypatch):
+    import cotcredit.lm
+
+    monkeypatch.setattr(cotcredit.lm, "load_scorer", lambda *a, **k: pytest.fail("loaded"))
+    for argv, message in (
+        (["redistribute", traces_file, "--value", "nope"], "--value must be one of"),
+        (["mc-baseline", traces_file, "--rollouts", "0"], "rollouts"),
+        (["redistribute", traces_file, "--segments-file", tmp_path / "none.parquet"],
+         "none.parquet: no such file"),
+    ):
+        code, _, err = run([*argv, "-o", tmp_path / "o.parquet"], capsys)
+        assert code == 2 and message in err, (argv, err)
+
+
+STARTUP_SCRIPT = """
+import sys
+from cotcredit.cli import main
+
+codes = []
+for argv in ARGVS:
+    try:
+        main(argv)
+        codes.append(0)
+    except SystemExit as e:
+        codes.append(e.code or 0)
+heavy = ("torch", "transformers", "datasets", "pandas", "scipy", "matplotlib", "sympy",
+         "pyarrow", "numpy", "captum", "shap", "trl")
+print("CODES", codes, file=sys.stderr)
+print("LOADED", sorted(m for m in heavy if m in sys.modules), file=sys.stderr)
+"""
+
+
+def test_help_and_early_errors_load_no_model_stack(tmp_path):
+    """`cotcredit --help`, every `cotcredit CMD --help`, a bad traces line and a missing
+    `--model` path answer without importing torch, transformers, pandas, pyarrow or numpy (the
+    model stack is what made --help take seconds)."""
+    import subprocess
+    import sys
+
+    import typer
+
+    from cotcredit.cli import app
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "Q", "response": "R\\nAnswer: 1"}\n')
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"prompt": "Q?", "response": "Think.\nAnswer: 1", "answer": "1"}) + "\n")
+    commands = list(typer.main.get_group(app).commands)
+    argvs = [["--help"], *([c, "--help"] for c in commands),
+             ["segment", str(bad), "-o", str(tmp_path / "o.parquet")],
+             ["redistribute", str(good), "--model", "./no/such/model", "-o", str(tmp_path / "r")]]
+    script = STARTUP_SCRIPT.replace("ARGVS", repr(argvs))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 0, proc.stderr
+    assert lines[-2] == f"CODES {[0] * (1 + len(commands)) + [2, 2]}", proc.stderr
+    assert lines[-1] == "LOADED []", proc.stderr
+    assert "bad.jsonl:1: missing reference answer" in proc.stderr
+    assert "--model: no such folder or file: ./no/such/model" in proc.stderr
+    assert len(commands) >= 9 and "Usage: " in proc.stdout
+
+
+def test_import_cotcredit_is_light_and_complete():
+    """`import cotcredit` keeps its API (functions load on first use) without the model stack."""
+    import subprocess
+    import sys
+
+    script = ("import sys, cotcredit\n"
+              "light = not {'torch', 'pandas', 'pyarrow'} & set(sys.modules)\n"
+              "names = [n for n in cotcredit.__all__ if callable(getattr(cotcredit, n))]\n"
+              "from cotcredit import segment, redistribute\n"
+              "print(light, sorted(names))")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split(" ", 1)[0] == "True"
+    for name in ("segment", "redistribute", "mc_baseline", "attribute", "compare", "export",
+                 "merge", "generate", "train"):
+        assert repr(name) in proc.stdout

@@ -258,3 +258,24 @@ def test_user_sequence_redistribute_attribute_compare(tiny_model_dir, traces_fil
         corr.loc[corr["method_a"] == "mc", "method_b"])
     for name in ("report.md", "report.html", "report.tex", "heatmap.pdf", "scatter_matrix.pdf"):
         assert (tmp_path / "report" / name).exists()
+
+
+def test_summary_table_printed_to_a_pipe_is_not_cut(tmp_path, monkeypatch, capsys):
+    """Printed to a non-terminal (capsys, a pipe, a file) the table keeps its natural width:
+    no header or interval cut to fit 80 columns."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    session_folder(tmp_path)
+    code, stdout, err = run(["compare", "--dir", tmp_path, "--methods", "rredcot,mc,loo",
+                             "--bootstrap", "20", "-o", tmp_path / "r"], capsys)
+    assert code == 0, err
+    assert "…" not in stdout
+    header = next(line for line in stdout.splitlines() if "Spearman" in line)
+    assert "pooled Spearman" in header and "skipped" in header and len(header) > 80
+    # COLUMNS, when a user sets it, is still obeyed.
+    monkeypatch.setenv("COLUMNS", "60")
+    from cotcredit import cli
+
+    monkeypatch.setattr(cli.out, "_width", None)
+    code, stdout, _ = run(["compare", "--dir", tmp_path, "--methods", "rredcot,mc", "--bootstrap",
+                           "20", "-o", tmp_path / "r2"], capsys)
+    assert code == 0 and max(map(len, stdout.splitlines())) <= 60

@@ -1,5 +1,7 @@
 """Scorer primitives: alignment of tokens and text, chunked stats, packed = naive probes."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -91,8 +93,12 @@ def test_context_overflow_is_a_clear_error(scorer):
 def test_unknown_model_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="cannot load"):
         load_scorer(ModelOptions(model="no-such-org/no-such-model", device="cpu"))
-    with pytest.raises(UserError, match="no such GGUF file"):
+    # A path that names nothing is said to be missing (not tried as a hub id).
+    with pytest.raises(UserError, match="no such folder or file: .*x.gguf"):
         load_scorer(ModelOptions(model=str(tmp_path / "x.gguf"), device="cpu"))
+    (tmp_path / "d.gguf").mkdir()
+    with pytest.raises(UserError, match="no such GGUF file"):
+        load_scorer(ModelOptions(model=str(tmp_path / "d.gguf"), device="cpu"))
     with pytest.raises(UserError, match="no config.json"):
         load_scorer(ModelOptions(model=str(tmp_path), device="cpu"))
 
@@ -104,3 +110,16 @@ def test_table_metadata_names_the_model_folder_relative_to_home(monkeypatch, tmp
     assert _home_relative(str(tmp_path / ".cache" / "m")) == "~/.cache/m"
     assert _home_relative(str(tmp_path) + "x/m") == str(tmp_path) + "x/m"  # not under home
     assert _home_relative("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"
+
+
+def test_what_looks_like_a_model_path():
+    """Hub ids are `org/name` or a bare name; anything else that names nothing on disk is a
+    missing path, said as such before any model code loads."""
+    from cotcredit.lm.loading import looks_like_path, model_location
+
+    for hub in ("gpt2", "HuggingFaceTB/SmolLM2-135M-Instruct", "Qwen/Qwen3-0.6B"):
+        assert not looks_like_path(hub) and model_location(hub) == hub
+    for path in ("./m", "../m", "/abs/m", "~/m", "runs/x/checkpoint-4", "m.gguf", "C:\\m"):
+        assert looks_like_path(path)
+        with pytest.raises(UserError, match=f"--model: no such folder or file: {re.escape(path)}$"):
+            model_location(path)

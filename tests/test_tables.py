@@ -63,8 +63,9 @@ def test_each_trace_is_one_part_and_compaction_reads_the_same(tmp_path):
     for i in range(5):
         w.append(trace_rows(f"t{i}"), position=i)
     files = io.data_files(out)
-    assert len(files) == 6 and all(f.name.startswith("part-") for f in files)  # empty + 5
-    assert sorted(pq.read_metadata(f).num_rows for f in files) == [0, 3, 3, 3, 3, 3]
+    # One per trace; the empty file the table started with is gone with the first trace.
+    assert len(files) == 5 and all(f.name.startswith("part-") for f in files)
+    assert [pq.read_metadata(f).num_rows for f in files] == [3, 3, 3, 3, 3]
     before = pd.read_parquet(out)  # plain pandas reads the folder as one table
     pd.testing.assert_frame_equal(before, expected([f"t{i}" for i in range(5)]))
     w.close()
@@ -72,9 +73,10 @@ def test_each_trace_is_one_part_and_compaction_reads_the_same(tmp_path):
     after = pd.read_parquet(out)
     pd.testing.assert_frame_equal(after, before)
     pd.testing.assert_frame_equal(pd.read_parquet(single), before)
-    assert read_metadata(out) == {"run_id": "run-a", "note": "test"}  # _cotcredit.json
+    assert read_metadata(out) == {"run_id": "run-a", "note": "test"}  # .cotcredit.json
     assert read_metadata(single)["run_id"] == "run-a"  # and in the file itself
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporaries left
+    # No temporaries left: the only hidden file is the metadata.
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == [io.META_FILE]
 
 
 def test_compacted_rows_follow_input_position_not_writing_order(tmp_path):
@@ -253,12 +255,14 @@ w.close()
 @pytest.mark.parametrize("step", ["journal", "renamed"])
 def test_writer_killed_during_compaction_loses_nothing(tmp_path, step):
     out = tmp_path / "t.parquet"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    # (the caller's PYTHONPATH kept: the package under test may come from it)
+    path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
     proc = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(out), step], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     ids = [f"t{i}" for i in range(6)]
-    journals = list(out.glob("_compaction-*.json"))
+    journals = list(out.glob(f"{io.JOURNAL}-*.json"))
     assert len(journals) == 1
     # cotcredit's readers apply the unfinished journal: every row once.
     pd.testing.assert_frame_equal(io.read_table(out).to_pandas(), expected(ids))
@@ -266,7 +270,7 @@ def test_writer_killed_during_compaction_loses_nothing(tmp_path, step):
         pd.testing.assert_frame_equal(pd.read_parquet(out), expected(ids))
     # The next writer finishes (or drops) the compaction: every row once, one file, on disk.
     w = writer(out)
-    assert w.done == set(ids) and not list(out.glob("_compaction-*.json"))
+    assert w.done == set(ids) and not list(out.glob(f"{io.JOURNAL}-*.json"))
     assert len(io.data_files(out)) == 1
     pd.testing.assert_frame_equal(pd.read_parquet(out), expected(ids))
 
@@ -286,7 +290,7 @@ def test_cli_run_killed_during_its_final_compaction_resumes(tiny_model_dir, tmp_
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    assert list(out.glob("_compaction-*.json"))
+    assert list(out.glob(f"{io.JOURNAL}-*.json"))
     code, _, err = run_cli([*args[:-1], "-o", out], capsys)
     assert code == 0 and "0 trace(s) scored, 5 already done" in err, err
     assert run_cli([*args, "-o", clean], capsys)[0] == 0
@@ -308,6 +312,84 @@ def test_read_table_errors_are_one_line(tmp_path):
         assert "\n" not in str(exc.value)
     with pytest.raises(UserError, match="has no column"):
         io.read_table(out, ["nope"])
+
+
+# ---- the readers users load tables with ------------------------------------------------------
+
+
+def written_table(path: Path, ids: list[str], close: bool = True) -> Path:
+    w = writer(path)
+    for i, tid in enumerate(ids):
+        w.append(trace_rows(tid), position=i)
+    if close:
+        w.close()
+    return path
+
+
+@pytest.mark.parametrize("close", [True, False], ids=["compacted", "one-part-per-trace"])
+def test_datasets_loads_a_table_folder(tmp_path, close):
+    """`datasets.load_dataset("parquet", data_dir=OUT)`: the metadata is hidden, so the data
+    files are all it reads (the `_cotcredit.json` of 0.2 made it fail)."""
+    import datasets
+
+    ids = ["t0", "t1", "t2"]
+    out = written_table(tmp_path / "t.parquet", ids, close)
+    assert (out / io.META_FILE).exists() and io.journal_path(out).name.startswith(".")
+    ds = datasets.load_dataset("parquet", data_dir=str(out), cache_dir=str(tmp_path / "cache"),
+                               split="train")
+    got = ds.to_pandas()
+    want = pd.read_parquet(out)
+    assert list(got.columns) == list(want.columns) and len(got) == len(want) == 9
+    assert got.trace_id.tolist() == want.trace_id.tolist()
+    assert got.score.tolist() == pytest.approx(want.score.tolist())
+
+
+def test_polars_reads_the_data_files(tmp_path):
+    import polars as pl
+
+    out = written_table(tmp_path / "t.parquet", ["t0", "t1", "t2"], close=False)
+    got = pl.read_parquet(f"{out}/*.parquet")
+    want = pd.read_parquet(out)
+    assert got.columns == list(want.columns) and got.height == len(want)
+    assert got["trace_id"].to_list() == want.trace_id.tolist()
+    assert got["score"].to_list() == pytest.approx(want.score.tolist())
+
+
+def test_duckdb_reads_the_data_files(tmp_path):
+    import duckdb
+
+    out = written_table(tmp_path / "t.parquet", ["t0", "t1", "t2"], close=False)
+    got = duckdb.sql(f"select trace_id, segment, score from '{out}/*.parquet' "
+                     "order by trace_id, segment").fetchall()
+    want = pd.read_parquet(out).sort_values(["trace_id", "segment"])
+    assert got == list(zip(want.trace_id, want.segment, want.score))
+
+
+def test_tables_of_0_2_are_read_and_resumed(tmp_path):
+    """Old tables keep their metadata in `_cotcredit.json`: still read (the ones checked in under
+    examples/ too); a run resuming one moves it to the hidden file, after which `datasets`
+    reads the folder."""
+    import datasets
+
+    study = Path(__file__).parents[1] / "examples" / "mc_study" / "rredcot.parquet"
+    assert (study / io.LEGACY_META_FILE).exists() and io.is_table_folder(study)
+    meta = read_metadata(study)
+    assert meta["run_id"] and set(pd.read_parquet(study).run_id) == {meta["run_id"]}
+
+    out = written_table(tmp_path / "t.parquet", ["t0", "t1"])
+    os.rename(out / io.META_FILE, out / io.LEGACY_META_FILE)  # the 0.2 layout
+    assert read_metadata(out) == {"run_id": "run-a", "note": "test"}
+    with pytest.raises(UserError, match="different run"):
+        writer(out, key="run-b")  # the old metadata still guards the table
+    w = writer(out)
+    assert w.done == {"t0", "t1"}
+    w.append(trace_rows("t2"), position=2)
+    w.close()
+    assert not (out / io.LEGACY_META_FILE).exists() and (out / io.META_FILE).exists()
+    pd.testing.assert_frame_equal(pd.read_parquet(out), expected(["t0", "t1", "t2"]))
+    ds = datasets.load_dataset("parquet", data_dir=str(out), cache_dir=str(tmp_path / "cache"),
+                               split="train")
+    assert ds.num_rows == 9
 
 
 # ---- the pipeline: streaming, memory, costs, merge -----------------------------------------

@@ -20,14 +20,17 @@ and prints)::
     adv = cotcredit.token_advantages(advantages, [o.rewards for o in out],
                                      [o.spans for o in out], completion_mask)
 
-`compare`, `export`, `merge`, `generate`, `train` and the online API are imported on first use (the report,
-training and sampling stacks are not loaded by `import cotcredit`).
+Each is imported on first use: `import cotcredit` (and `cotcredit --help`) loads no torch,
+transformers, pandas or report stack; the first call brings in what it needs.
 """
 
-from cotcredit.api import attribute, mc_baseline, redistribute, segment
 from cotcredit.version import __version__
 
 _LAZY = {
+    "segment": ("cotcredit.api", "segment"),
+    "redistribute": ("cotcredit.api", "redistribute"),
+    "mc_baseline": ("cotcredit.api", "mc_baseline"),
+    "attribute": ("cotcredit.api", "attribute"),
     "compare": ("cotcredit.comparison", "compare"),
     "export": ("cotcredit.exports", "export"),
     "merge": ("cotcredit.shards", "merge_tables"),
@@ -40,7 +43,7 @@ _LAZY = {
     "token_advantages": ("cotcredit.online", "token_advantages"),
 }
 
-__all__ = ["__version__", "segment", "redistribute", "mc_baseline", "attribute", *_LAZY]
+__all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name: str):
@@ -50,3 +53,7 @@ def __getattr__(name: str):
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'cotcredit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -19,25 +19,39 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cotcredit import io
-from cotcredit.lm import ModelOptions, Scorer, load_scorer
-from cotcredit.pipeline import SEGMENTS, InputOptions, RunSummary, run_analysis
-from cotcredit.segmentation import SegmentOptions
-from cotcredit.traces import Trace
+from cotcredit.lm.loading import ModelOptions, model_location
+from cotcredit.pipeline import SEGMENTS, InputOptions, RunSummary, check_inputs, run_analysis
 
-Model = str | Path | Scorer | ModelOptions | None
-Traces = str | Path | Sequence[Trace]
+if TYPE_CHECKING:  # (torch-free import: the model stack loads with the model)
+    from cotcredit.lm import Scorer
+    from cotcredit.segmentation import SegmentOptions
+    from cotcredit.traces import Trace
+
+    Model = str | Path | Scorer | ModelOptions | None
+    Traces = str | Path | Sequence[Trace]
 
 
-def scorer_for(model: Model) -> Scorer:
-    """A loaded scorer for a model name, path, `ModelOptions` or scorer (None: embedded)."""
-    if isinstance(model, Scorer):
-        return model
-    if isinstance(model, ModelOptions):
+def scorer_for(model: Model, progress: bool = False) -> Scorer:
+    """A loaded scorer for a model name, path, `ModelOptions` or scorer (None: embedded);
+    `progress` shows "loading model" on a terminal's stderr while it loads. A `--model` path
+    that does not exist fails here, before torch and transformers are imported."""
+    if model is None or isinstance(model, (str, Path)):
+        model = ModelOptions(model=None if model is None else str(model))
+    if not isinstance(model, ModelOptions):
+        return model  # a loaded Scorer
+    if model.model is not None:
+        model_location(model.model)
+    from cotcredit.lm import load_scorer
+
+    if not progress:
         return load_scorer(model)
-    return load_scorer(ModelOptions(model=None if model is None else str(model)))
+    from rich.console import Console
+
+    with Console(stderr=True).status("loading model"):
+        return load_scorer(model)
 
 
 def _run(
@@ -56,8 +70,11 @@ def _run(
 ) -> RunSummary:
     labels = [SEGMENTS] if not methods else list(methods)
     outputs = {label: output for label in labels} if output else {}
+    check_inputs(traces, methods=methods, segment_options=segment_options,
+                 segments_file=segments_file, inputs=inputs)  # before the model loads
     return run_analysis(
-        traces, scorer_for(model), methods=dict(methods), segment_options=segment_options,
+        traces, scorer_for(model, progress), methods=dict(methods),
+        segment_options=segment_options,
         segments_file=segments_file, outputs=outputs, inputs=inputs, overwrite=overwrite,
         progress=progress, timings=timings, rename=rename,
     )

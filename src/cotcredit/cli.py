@@ -20,7 +20,7 @@ from cotcredit.cli_params import with_options
 from cotcredit.comparison import ReportOptions, Shortcuts
 from cotcredit.errors import UserError
 from cotcredit.exports import ExportOptions
-from cotcredit.lm import ModelOptions
+from cotcredit.lm.loading import ModelOptions
 from cotcredit.methods.gradient import GradientOptions
 from cotcredit.methods.loo import LooOptions
 from cotcredit.methods.mc import McOptions
@@ -42,6 +42,18 @@ app = typer.Typer(
 )
 out = Console()
 err = Console(stderr=True, soft_wrap=True)  # messages stay one line when piped
+# Columns a table may take when printed to a file or pipe: there is no screen to fit, and rich's
+# default of 80 would cut cells ("Spearm…"); tables still take only their natural width.
+PIPED_WIDTH = 1000
+
+
+def _fit_consoles() -> None:
+    """Let tables printed to a non-terminal take their natural width (COLUMNS still wins)."""
+    import os
+
+    for console in (out, err):
+        if not console.is_terminal and not os.environ.get("COLUMNS"):
+            console.width = PIPED_WIDTH
 
 # ---- what every analysis command takes besides its options classes --------------------------
 Traces = Annotated[Path, typer.Argument(help="JSONL file of traces (one JSON object per line).")]
@@ -68,13 +80,6 @@ def _show_option(what: str) -> type:
     return Annotated[
         str | None, typer.Option("--show", help=f"Print one trace's {what} (trace id, or 'first').")
     ]
-
-
-def _loading(model: ModelOptions):
-    from cotcredit.lm import load_scorer
-
-    with err.status("loading model"):
-        return load_scorer(model)
 
 
 def _report(summary, quiet: bool) -> None:
@@ -139,7 +144,7 @@ def segment(
     """Cut each trace's reasoning into segments (hybrid keyword-entropy) and write them."""
     import cotcredit
 
-    summary = cotcredit.segment(traces, output, options=segment, model=_loading(model),
+    summary = cotcredit.segment(traces, output, options=segment, model=model,
                                 inputs=inputs, overwrite=overwrite, progress=not quiet,
                                 timings=timings)
     _report(summary, quiet)
@@ -173,7 +178,7 @@ def redistribute(
 
     summary = cotcredit.redistribute(
         traces, output, options=rredcot, segment_options=segment, segments_file=segments_file,
-        model=_loading(model), inputs=inputs, overwrite=overwrite, progress=not quiet,
+        model=model, inputs=inputs, overwrite=overwrite, progress=not quiet,
         timings=timings, label=label,
     )
     _report(summary, quiet)
@@ -203,7 +208,7 @@ def mc_baseline(
 
     summary = cotcredit.mc_baseline(
         traces, output, options=mc, segment_options=segment, segments_file=segments_file,
-        model=_loading(model), inputs=inputs, overwrite=overwrite, progress=not quiet,
+        model=model, inputs=inputs, overwrite=overwrite, progress=not quiet,
         timings=timings, label=label,
     )
     _report(summary, quiet)
@@ -267,7 +272,7 @@ def attribute(
     methods = {name: given.get(name) for name in names}
     summary = cotcredit.attribute(
         traces, output, methods=methods, segment_options=segment, segments_file=segments_file,
-        model=_loading(model), inputs=inputs, overwrite=overwrite, progress=not quiet,
+        model=model, inputs=inputs, overwrite=overwrite, progress=not quiet,
         timings=timings,
     )
     _report(summary, quiet)
@@ -338,7 +343,7 @@ def compare(
             raise UserError("compare: give one traces file, or --scores with score tables")
         short = {k: v for k, v in dataclasses.asdict(shortcuts).items() if v is not None}
         result = cotcredit.compare(
-            files[0], model=_loading(model), config=config, sets=set_, shortcuts=short,
+            files[0], model=model, config=config, sets=set_, shortcuts=short,
             segment_options=segment, segments_file=segments_file, inputs=inputs,
             overwrite=overwrite, progress=not quiet, timings=timings, **kwargs,
         )
@@ -429,7 +434,7 @@ def generate(
 
     check_choices(inputs)
     summary = cotcredit.generate(
-        problems, output, model=_loading(model), options=options, fields=inputs.names(),
+        problems, output, model=model, options=options, fields=inputs.names(),
         on_error=inputs.on_error, max_problems=inputs.max_problems, overwrite=overwrite,
         progress=not quiet,
     )
@@ -499,6 +504,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning user errors into one line (or one line per problem)
     and exit status 2."""
     interrupted = "interrupted: finished traces are saved; rerun the same command to resume"
+    _fit_consoles()
     try:
         rc = app(args=argv, standalone_mode=False)
     except UserError as e:

@@ -41,6 +41,12 @@ class Param:
     hint: Any  # the type Typer parses
     path: tuple[str, ...]  # the field's path inside its options class
     is_tuple: bool = False  # a tuple field: None on the command line keeps its default
+    choices: tuple | None = None  # the allowed values, shown as the metavar (`pair|boundary`)
+
+    @property
+    def metavar(self) -> str | None:
+        """What --help shows after the flag: the choices when the field declares them."""
+        return "|".join(map(str, self.choices)) if self.choices else None
 
 
 def _is_options(hint: Any) -> bool:
@@ -94,7 +100,7 @@ def params_of(cls: type, path: tuple[str, ...] = ()) -> list[Param]:
             text += "" if "default:" in text else f" [default: {_default_text(default)}]"
             default = None
         out.append(Param(name, flag, f.metadata.get("short"), text, default, cli_hint,
-                         (*path, f.name), is_tuple))
+                         (*path, f.name), is_tuple, f.metadata.get("choices")))
     return out
 
 
@@ -164,7 +170,8 @@ def with_options(*, exclude: tuple[str, ...] = (), **groups: type) -> Callable:
                     default=p.default,
                     annotation=Annotated[
                         p.hint, typer.Option(*([p.flag] + ([p.short] if p.short else [])),
-                                             help=p.help, show_default=_show_default(p.default))
+                                             help=p.help, metavar=p.metavar,
+                                             show_default=_show_default(p.default))
                     ],
                 )
                 for p in extra

@@ -15,26 +15,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from cotcredit import io
 from cotcredit.errors import UserError
-from cotcredit.lm import Scorer
 from cotcredit.methods import get_method, label_to_method, method_order, registry
 from cotcredit.options import build_options, option, parse_sets, read_config
-from cotcredit.pipeline import SEGMENTS, InputOptions, RunSummary, run_analysis
-from cotcredit.report import (
-    Correlations,
-    ReportFiles,
-    correlate,
-    cost_summary,
-    load_scores,
-    write_report,
-)
-from cotcredit.report.scores import REQUIRED_COLUMNS, read_columns, table_schema
+from cotcredit.pipeline import SEGMENTS, InputOptions, RunSummary, check_inputs, run_analysis
 from cotcredit.segmentation import SegmentOptions
+
+if TYPE_CHECKING:  # the report stack (pandas, scipy, matplotlib) loads when a report is made
+    import pandas as pd
+
+    from cotcredit.lm import Scorer
+    from cotcredit.report import Correlations, ReportFiles
 
 #: The report folder inside the folder searched for score tables.
 REPORT_FOLDER = "report"
@@ -52,6 +46,8 @@ class CompareResult:
 
     def costs(self) -> pd.DataFrame | None:
         """Mean seconds and tokens per trace of each method (None: no table records costs)."""
+        from cotcredit.report import cost_summary
+
         return cost_summary(self.scores)
 
 
@@ -186,6 +182,8 @@ def _candidates(folder: Path) -> list[Path]:
 
 def _labels_in(path: Path) -> dict[str, list[str]] | None:
     """Row label -> run ids in a table, or None when it is not a score table."""
+    from cotcredit.report.scores import REQUIRED_COLUMNS, read_columns, table_schema
+
     schema = table_schema(path)
     if schema is None or not all(c in schema.names for c in REQUIRED_COLUMNS):
         return None
@@ -280,6 +278,8 @@ def compare_scores(
     ``methods`` keeps only those row labels' rows (a table may hold others); ``sources`` (label
     -> table) is recorded in the report's notes and the result.
     """
+    from cotcredit.report import correlate, load_scores, write_report
+
     scores = load_scores(list(paths), methods)
     corr = correlate(
         scores, n_boot=n_boot, seed=seed, min_segments=min_segments, reference=reference
@@ -376,8 +376,10 @@ def compare(
     opts = dict(options) if options else method_options(
         methods, Path(config) if config else None, list(sets or []), **(shortcuts or {})
     )
+    check_inputs(traces, methods=opts, segment_options=segment_options,
+                 segments_file=segments_file, inputs=inputs)  # before the model loads
     summary, files = run_methods(
-        traces, scorer_for(model), opts, out, segment_options=segment_options,
+        traces, scorer_for(model, progress), opts, out, segment_options=segment_options,
         segments_file=segments_file, inputs=inputs, overwrite=overwrite, progress=progress,
         timings=timings,
     )

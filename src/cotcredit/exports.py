@@ -27,14 +27,14 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from cotcredit.errors import UserError
 from cotcredit.options import check_choices, option
 from cotcredit.traces import FieldNames
+
+if TYPE_CHECKING:  # numpy and pandas load with the scores (keeps `--help` fast)
+    import pandas as pd
 
 __all__ = ["EXPORT_FORMATS", "ExportResult", "export_scores"]
 
@@ -67,6 +67,9 @@ class ExportResult:
 
 def _json_value(value: Any) -> Any:
     """A JSON-safe Python value: numpy scalars unwrapped, NaN/inf and missing values as None."""
+    import numpy as np
+    import pandas as pd
+
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -91,6 +94,8 @@ def _declared_columns(method: str) -> dict[str, str]:
 
 
 def _choose_method(scores: pd.DataFrame, method: str | None) -> str:
+    import pandas as pd
+
     methods = sorted(pd.unique(scores["method"].astype(str)))
     if method is None:
         if len(methods) == 1:
@@ -130,6 +135,9 @@ def export_scores(
         An ``ExportResult``; ``skipped_nan`` lists the traces a ``trl-stepwise`` export left out
         because a score was NaN.
     """
+    import numpy as np
+    import pandas as pd
+
     if format not in EXPORT_FORMATS:
         raise UserError(
             f"unknown export format {format!r}; choose one of {', '.join(EXPORT_FORMATS)}"

@@ -1,12 +1,16 @@
 """Files on disk: atomic writes, and reading a cotcredit table (one Parquet file or a folder).
 
 A result table is a Parquet *dataset folder* (`rredcot.parquet/`): data files named
-`part-<input position>-<id>.parquet`, read in name order as one table, plus `_cotcredit.json`
-(the run metadata). pyarrow and pandas skip names starting with "." or "_", so temporary files
-(".….tmp") and cotcredit's own bookkeeping never show up in `pd.read_parquet(path)`.
+`part-<input position>-<id>.parquet`, read in name order as one table, plus `.cotcredit.json`
+(the run metadata). Everything that is not data has a hidden name (temporary files ".….tmp",
+the metadata, compaction journals): pyarrow and pandas skip names starting with "." or "_",
+`datasets.load_dataset("parquet", data_dir=...)` skips hidden files, and a `*.parquet` glob
+(polars, DuckDB) matches data files only. Tables of cotcredit 0.2 and earlier keep their
+metadata in `_cotcredit.json`; it is still read, and replaced by the hidden file when a run
+writes to the table again.
 
 Compaction (`tables.compact`) replaces several data files by one: it writes the merged file
-under a hidden name, records `{"target", "sources"}` in a journal `_compaction-….json`, renames
+under a hidden name, records `{"target", "sources"}` in a journal `.compaction-….json`, renames
 the merged file into place, deletes the sources and then the journal. A process killed between
 the rename and the end leaves the target *and* some sources visible; the readers here apply such
 an unfinished journal (they skip the sources), and the next writer finishes it on disk
@@ -23,15 +27,20 @@ import shutil
 import socket
 import uuid
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
 
+if TYPE_CHECKING:  # pyarrow loads with the first table read (keeps `--help` fast)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
 META_KEY = b"cotcredit"  # Parquet key-value metadata key of the run metadata
-META_FILE = "_cotcredit.json"  # the run metadata of a table folder
-JOURNAL = "_compaction"  # journals of unfinished compactions: _compaction-<host>-<pid>-<id>.json
+META_FILE = ".cotcredit.json"  # the run metadata of a table folder
+LEGACY_META_FILE = "_cotcredit.json"  # where tables of cotcredit <= 0.2 keep it
+# Journals of unfinished compactions: .compaction-<host>-<pid>-<id>.json (<= 0.2: _compaction).
+JOURNAL = ".compaction"
+_LEGACY_JOURNAL = "_compaction"
 
 _HOST = socket.gethostname().replace(".", "-") or "host"
 
@@ -116,7 +125,8 @@ def journal_path(folder: Path) -> Path:
 
 def _journals(folder: Path) -> list[tuple[Path, dict]]:
     out = []
-    for p in sorted(folder.glob(f"{JOURNAL}-*.json")):
+    names = (*folder.glob(f"{JOURNAL}-*.json"), *folder.glob(f"{_LEGACY_JOURNAL}-*.json"))
+    for p in sorted(names):
         try:
             out.append((p, json.loads(p.read_text())))
         except (OSError, ValueError):  # written atomically: unreadable means just deleted
@@ -176,6 +186,9 @@ def check_exists(path: Path) -> None:
 
 def open_file(path: Path) -> pq.ParquetFile:
     """A Parquet file opened for reading, or a one-line UserError."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         return pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
@@ -196,6 +209,8 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
     a column some file lacks is null there. `columns` missing from the table (its first file)
     are an error naming them.
     """
+    import pyarrow as pa
+
     path = Path(path)
     files = files_of(path)
     tables = []
@@ -221,14 +236,32 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
         raise UserError(f"{path}: its files hold different columns ({_first_line(e)})") from None
 
 
+def metadata_file(folder: Path) -> Path | None:
+    """The run metadata file of a table folder (`.cotcredit.json`, or `_cotcredit.json` of a
+    table of cotcredit <= 0.2), None when it has none."""
+    for name in (META_FILE, LEGACY_META_FILE):
+        if (folder / name).exists():
+            return folder / name
+    return None
+
+
+def write_metadata(folder: Path, metadata: dict) -> None:
+    """Write a table folder's run metadata (atomically), replacing the `_cotcredit.json` of
+    cotcredit <= 0.2, which `datasets` would try to read as data."""
+    write_atomic(folder / META_FILE, json.dumps(metadata, default=str, indent=1))
+    with contextlib.suppress(FileNotFoundError):
+        (folder / LEGACY_META_FILE).unlink()
+
+
 def read_metadata(path: str | Path) -> dict:
-    """The run metadata of a cotcredit table ({} for other Parquet files): `_cotcredit.json` of
-    a folder, else the `cotcredit` key-value metadata of its (first) file."""
+    """The run metadata of a cotcredit table ({} for other Parquet files): `.cotcredit.json`
+    (or the older `_cotcredit.json`) of a folder, else the `cotcredit` key-value metadata of its
+    (first) file."""
     path = Path(path)
     check_exists(path)
     if path.is_dir():
-        meta = path / META_FILE
-        if meta.exists():
+        meta = metadata_file(path)
+        if meta is not None:
             try:
                 return json.loads(meta.read_text())
             except (OSError, ValueError) as e:
@@ -247,7 +280,7 @@ def read_metadata(path: str | Path) -> dict:
 def is_table_folder(path: Path) -> bool:
     """A folder cotcredit may write into or delete: it has run metadata, or nothing visible but
     Parquet files."""
-    if (path / META_FILE).exists():
+    if metadata_file(path) is not None:
         return True
     return all(
         e.name.startswith((".", "_")) or (e.is_file() and e.name.endswith(".parquet"))

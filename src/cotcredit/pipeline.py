@@ -17,20 +17,21 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any
 
 from cotcredit import distributed, io
 from cotcredit.errors import UserError
-from cotcredit.lm import Scorer
 from cotcredit.methods import TraceContext, get_method
 from cotcredit.options import check_choices, option
 from cotcredit.segmentation import SegmentOptions, segment_encoded, segmentation_from_rows
-from cotcredit.tables import TableWriter, check_finite, rows_by_trace, run_key, table_schema
 from cotcredit.traces import FieldOptions, Trace, TraceError, iter_traces
 from cotcredit.version import __version__
+
+if TYPE_CHECKING:  # pyarrow and the model stack load with the run (keeps `--help` fast)
+    import pyarrow as pa
+
+    from cotcredit.lm import Scorer
+    from cotcredit.tables import TableWriter
 
 SEGMENTS = "segments"  # the output label of the segmentation itself
 
@@ -107,6 +108,9 @@ class RunSummary:
         self, label: str, trace_id: str | None = None, columns: list[str] | None = None
     ) -> pa.Table:
         """`read_rows` as an Arrow table (for many rows), read back from the output table."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         if label in self.rows:
             return pa.Table.from_pylist(self.read_rows(label, trace_id, columns))
         path = self.paths.get(label)
@@ -194,6 +198,35 @@ def load_traces(
     return traces, skipped
 
 
+def check_inputs(
+    traces: str | Path | Sequence[Trace],
+    *,
+    methods: Mapping[str, Any] | None = None,
+    segment_options: SegmentOptions | None = None,
+    segments_file: str | Path | None = None,
+    inputs: InputOptions | None = None,
+) -> None:
+    """Check what a run can check without its model, so a mistake costs no model load: every
+    option (choices, ranges, method names), the segmentation file, and the traces the run will
+    read. With `on_error="raise"` the whole input in the run's slice (`--shard`, up to
+    `--max-traces`) is read once, streamed, and its first bad line raised; with "skip" only the
+    file itself is checked (bad lines are skipped during the run). What needs the tokenizer
+    (e.g. a trace longer than the model's context) is still found during the run."""
+    inputs = (inputs or InputOptions()).validate()
+    (segment_options or SegmentOptions()).validate()
+    for name, o in (methods or {}).items():
+        spec = get_method(name)
+        o = o if o is not None else spec.options_type()
+        if hasattr(o, "validate"):
+            o.validate()
+    if segments_file is not None:
+        io.check_exists(Path(segments_file))
+    items = stream_traces(traces, inputs)  # the file exists, is not empty, its first line reads
+    if inputs.on_error == "raise" and isinstance(traces, (str, Path)):
+        for _ in select(items, inputs):
+            pass
+
+
 def _plain(obj: Any) -> Any:
     return asdict(obj) if is_dataclass(obj) else obj
 
@@ -259,6 +292,8 @@ def run_analysis(
     trace and method) to the tables; token counts are always there. `rename` maps a method's
     row label to the label its rows get (e.g. {"rredcot": "rredcot-rhat"} for a variant).
     """
+    from cotcredit.tables import TableWriter, rows_by_trace, run_key, table_schema
+
     t_start = time.perf_counter()
     inputs = (inputs or InputOptions()).validate()
     seg_opts = (segment_options or SegmentOptions()).validate()
@@ -427,6 +462,8 @@ def _score_trace(
     trace, scorer, specs, opts, seg_opts, stored, segments_file, needs_segments,
     summary: RunSummary, timed: bool, rename: Mapping[str, str],
 ) -> dict[str, list[dict]]:
+    from cotcredit.tables import check_finite
+
     t0, f0 = time.perf_counter(), _forward_tokens(scorer)
     reserve = max([spec.reserve(scorer, trace, opts[n]) for n, spec in specs.items()] or [0])
     enc = scorer.encode(trace, reserve=reserve)

@@ -218,16 +218,15 @@ def generate_traces(
     trace lines (see the module docstring). `model`: a Scorer, ModelOptions, a model name or
     None (embedded). `progress`: True for a rich bar, or a callback (problems done, samples,
     correct) called after each problem."""
-    from cotcredit.lm import ModelOptions, Scorer, load_scorer
+    from cotcredit.api import scorer_for
 
     t0 = time.perf_counter()
     options = (options or GenerateOptions()).validate()
-    scorer = model if isinstance(model, Scorer) else load_scorer(
-        model if isinstance(model, ModelOptions) else ModelOptions(model=model))
-    if isinstance(problems, (str, Path)):
+    if isinstance(problems, (str, Path)):  # read (and checked) before the model loads
         plist, skipped = read_problems(problems, fields, on_error, max_problems)
     else:
         plist, skipped = list(problems)[:max_problems], []
+    scorer = scorer_for(model, progress is True)
     output = Path(output)
     run = {"model": scorer.name, "temperature": options.temperature, "top_p": options.top_p,
            "max_new_tokens": options.max_new_tokens, "seed": options.seed,

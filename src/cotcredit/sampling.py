@@ -38,9 +38,10 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import torch
+if TYPE_CHECKING:  # torch loads with the first generation (keeps `--help` fast)
+    import torch
 
 from cotcredit.errors import UserError
 from cotcredit.options import check_choices, option
@@ -214,6 +215,8 @@ def decode_continuation(tokenizer, prompt: Sequence[int], generated: Sequence[in
 
 
 def _is_oom(e: BaseException) -> bool:
+    import torch
+
     oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
     if oom_type is not None and isinstance(e, oom_type):
         return True
@@ -234,6 +237,8 @@ class _InverseCdfSampler:
         self.rngs, self.temperature, self.top_p = rngs, temperature, top_p
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        import torch
+
         logits = scores.float() / self.temperature
         order = None
         if self.top_p < 1.0:
@@ -275,6 +280,8 @@ class HFGenerator:
 
     # -- batch size --------------------------------------------------------------------
     def _kv_bytes_per_token(self) -> int:
+        import torch
+
         cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") \
             else self.model.config
         layers = getattr(cfg, "num_hidden_layers", 24)
@@ -289,6 +296,8 @@ class HFGenerator:
         vocab = int(getattr(self.model.config.get_text_config(), "vocab_size", 50_000) or 50_000)
         per_row = self._kv_bytes_per_token() * max_len + 48 * vocab
         if self.device.type == "cuda":
+            import torch
+
             free, _ = torch.cuda.mem_get_info(self.device)
             budget, cap = 0.6 * free, _GPU_MAX_BATCH
         else:
@@ -301,6 +310,8 @@ class HFGenerator:
 
     # -- generation ----------------------------------------------------------------------
     def generate(self, prompts, options, keys=None, progress=None):
+        import torch
+
         options.validate()
         if options.backend != "hf":
             raise ValueError("HFGenerator serves backend 'hf'")
@@ -326,7 +337,8 @@ class HFGenerator:
                 size = min(size, self._oom_cap)
             batch = rows[pos : pos + size]
             try:
-                outs = self._generate_rows(prompts, keys, batch, options, greedy)
+                with torch.no_grad():
+                    outs = self._generate_rows(prompts, keys, batch, options, greedy)
             except Exception as e:
                 if not _is_oom(e):
                     raise
@@ -360,6 +372,8 @@ class HFGenerator:
         return final
 
     def _left_pad(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
         width = max(len(s) for s in seqs)
         ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -370,6 +384,7 @@ class HFGenerator:
 
     def _prefill(self, uniq: list[list[int]], repeats: list[int]):
         """KV cache of each unique prompt minus its last token, copied to its rows."""
+        import torch
         from transformers import DynamicCache
 
         ids, mask = self._left_pad([p[:-1] for p in uniq])
@@ -382,8 +397,8 @@ class HFGenerator:
         cache.reorder_cache(index)
         return cache
 
-    @torch.no_grad()
     def _generate_rows(self, prompts, keys, batch, options, greedy) -> list[Completion]:
+        """Sample the completions of `batch` (called under `torch.no_grad()`)."""
         from transformers import GenerationConfig, LogitsProcessorList
 
         seqs = [prompts[i] for i, _ in batch]
@@ -444,6 +459,8 @@ class VLLMGenerator:
 
     def __init__(self, model_path: str, tokenizer, dtype: torch.dtype, stop_ids: list[int],
                  engine_args: dict | None = None):
+        import torch
+
         try:
             import vllm
         except ImportError:

@@ -19,11 +19,14 @@ from __future__ import annotations
 import heapq
 import re
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
-from cotcredit.lm import EncodedTrace
+
+if TYPE_CHECKING:  # torch loads with the model (keeps `--help` fast)
+    import torch
+
+    from cotcredit.encoding import EncodedTrace
 from cotcredit.options import check_choices, option
 
 DEFAULT_KEYWORDS: tuple[str, ...] = (
@@ -199,6 +202,8 @@ def _merge(bounds: list[int], ent: torch.Tensor, options: SegmentOptions, target
     skipped), so a trace with n candidate cuts costs O(n log n), not O(n²). Ties go to the
     leftmost pair, as scanning the list would.
     """
+    import torch
+
     pre = torch.cat([torch.zeros(1, dtype=torch.float64), ent.cumsum(0)]).tolist()
     e = ent.tolist()
     end = bounds[-1]

@@ -153,7 +153,7 @@ def merge_tables(
         # In input order (every shard numbers its traces by their place in the one input).
         blocks = write_merged(staging / part_name(0), [f for i in read for f in i.files], schema)
         rows = sum(n for _, n in blocks)
-        (staging / io.META_FILE).write_text(blob)
+        io.write_metadata(staging, meta)
         if output.exists():
             io.remove_table(output)
         os.rename(staging, output)

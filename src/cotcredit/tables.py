@@ -11,7 +11,7 @@ one, rows in input order. A compaction killed midway is finished by the next wri
 A table has a fixed schema, declared up front (segmentation columns, `method`, `score`, the
 columns each method declares in its `MethodSpec.columns`, cost columns), never inferred from a
 trace: a part must read back with the same columns whatever its trace held. Run metadata
-(package version, model, options, run key) is in `_cotcredit.json` and in the Parquet key-value
+(package version, model, options, run key) is in `.cotcredit.json` and in the Parquet key-value
 metadata (`cotcredit`) of every file; `run_id` (a hash of every option that changes results) is
 also a column. Reopening a table with the same run key skips the traces already present; a
 different run key is refused unless `overwrite=True`.
@@ -398,6 +398,9 @@ class TableWriter:
         self._batches: list[pa.Table] = []  # rows waiting for `_flush` (subclasses)
         self._next: int | None = None
         self._parts: list[Path] = []  # this writer's part files not merged yet
+        # The empty file a new table starts with (readable, with its schema, from the start);
+        # deleted once a trace is written: `datasets` cannot read a zero-row Parquet file.
+        self._placeholder: Path | None = None
         self.done: set[str] = set()
         if not overwrite:
             self._check_run()
@@ -458,10 +461,12 @@ class TableWriter:
             self._convert_single_file()
         if not self.path.exists():
             if self.declared is not None:  # readable (and empty) from the start
-                self._create(self.schema.empty_table(), part_name(0))
+                name = part_name(0)
+                self._create(self.schema.empty_table(), name)
+                self._placeholder = self.path / name
             return
         io.remove_stale_temps(self.path)
-        io.write_atomic(self.path / io.META_FILE, json.dumps(self.metadata, default=str, indent=1))
+        io.write_metadata(self.path, self.metadata)
         files = io.data_files(self.path)
         if files:
             target = self._union(io.open_file(files[0]).schema_arrow)
@@ -474,7 +479,7 @@ class TableWriter:
         staging = io.temp_path(self.path)
         try:
             staging.mkdir()
-            io.write_atomic(staging / io.META_FILE, json.dumps(self.metadata, default=str))
+            io.write_metadata(staging, self.metadata)
             pq.write_table(table.replace_schema_metadata(self._kv), staging / name)
             try:
                 os.rename(staging, self.path)
@@ -559,6 +564,10 @@ class TableWriter:
         else:
             _write_file(table.replace_schema_metadata(self._kv), self.path / name)
         self._parts.append(self.path / name)
+        if self._placeholder is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._placeholder.unlink()
+            self._placeholder = None
         if len(self._parts) >= MERGE_EVERY:
             self.merge_parts()
 

@@ -1,5 +1,9 @@
 """How a model is loaded: `ModelOptions`, locating --model (hub id, folder, GGUF file, the
 embedded default), converting GGUF checkpoints once, device and dtype choice, and `load_scorer`.
+
+Importing this module loads no torch or transformers (the functions that need them import
+them): the command line is generated from `ModelOptions`, and `cotcredit --help` or a missing
+`--model` path must answer without the model stack.
 """
 
 from __future__ import annotations
@@ -12,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from cotcredit.errors import UserError
 from cotcredit.options import option
 
 if TYPE_CHECKING:
+    import torch
+
     from cotcredit.lm.scorer import Scorer
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct (embedded)"
@@ -69,6 +73,8 @@ def embedded_gguf() -> Path:
 
 
 def resolve_device(device: str) -> torch.device:
+    import torch
+
     if device == "auto":
         from cotcredit import distributed
 
@@ -89,6 +95,8 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    import torch
+
     if dtype == "auto":
         # bfloat16 on CPU moved log-probs by up to 0.25 nats in our measurement: float32 there.
         return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -102,6 +110,7 @@ def _convert_gguf(gguf: Path, folder: Path) -> None:
     """Dequantise a GGUF checkpoint once into a plain folder that loads 10x faster."""
     import os as _os
 
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     _os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF reader's own progress bar
@@ -137,8 +146,32 @@ def _gguf_folder(gguf: Path) -> Path:
     return cache_dir() / "models" / f"{gguf.stem}-{key}"
 
 
+def looks_like_path(name: str) -> bool:
+    """Whether `--model NAME` can only mean a file or folder: absolute, starting with `.` or
+    `~`, ending in `.gguf`, or with a backslash or more than one slash. A hub id is `org/name`
+    (or a bare name), so `org/name` alone stays a hub id."""
+    return (
+        name.startswith(("/", ".", "~"))
+        or name.endswith(".gguf")
+        or "\\" in name
+        or name.count("/") > 1
+        or os.path.isabs(name)
+    )
+
+
+def model_location(name: str) -> str:
+    """`--model NAME` with `~` expanded; a name that looks like a path (`looks_like_path`) but
+    names nothing on disk is a one-line UserError, not a failed hub download."""
+    path = os.path.expanduser(name)
+    if looks_like_path(name) and not os.path.exists(path):
+        raise UserError(f"--model: no such folder or file: {name}")
+    return path if os.path.exists(path) else name
+
+
 def locate_model(name: str | None) -> tuple[str, str]:
     """Map --model to (loadable path or hub id, display name); converts GGUF files once."""
+    if name is not None:
+        name = model_location(name)  # a missing path is named as such, not tried on the hub
     if name is None:
         gguf = embedded_gguf()
         label = DEFAULT_MODEL

@@ -32,15 +32,18 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
 from cotcredit.forcing import ForcingOptions, answer_forcing, resolved
-from cotcredit.lm import Continuation, Scorer
 from cotcredit.methods.base import TraceContext
 from cotcredit.options import check_choices, option
+
+if TYPE_CHECKING:  # numpy and torch load with the model (keeps `--help` fast)
+    import numpy as np
+    import torch
+
+    from cotcredit.lm import Continuation, Scorer
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,9 @@ def resolve_target(scorer, options):
 
 def _as_masks(masks, K: int) -> np.ndarray:
     """Any (n, K) or (K,) array-like of 0/1 (bool, int, float, tensor) -> (n, K) bool array."""
-    if isinstance(masks, torch.Tensor):
+    import numpy as np
+
+    if hasattr(masks, "detach"):  # a torch tensor
         masks = masks.detach().cpu().numpy()
     arr = np.asarray(masks)
     if arr.ndim == 1:
@@ -131,6 +136,8 @@ class ValueFunction:
 
     def continuation(self, mask: Sequence[bool]) -> Continuation:
         """The coalition as a continuation of the trace after its first absent segment."""
+        from cotcredit.lm import Continuation
+
         mask = [bool(m) for m in mask]
         n_target = self.n_target
         if all(mask):
@@ -149,6 +156,8 @@ class ValueFunction:
     # ---- evaluation --------------------------------------------------------------------------
     def __call__(self, masks) -> np.ndarray:
         """f for each row of an (n, K) 0/1 array (float64, shape (n,))."""
+        import numpy as np
+
         m = _as_masks(masks, self.K)
         self.requested += len(m)
         keys = [row.tobytes() for row in m]
@@ -188,7 +197,7 @@ class ValueFunction:
             self._recording = [r for r in self._recording if r is not seen]
 
     def value(self, mask: Sequence[bool]) -> float:
-        return float(self(np.asarray(mask, dtype=bool)[None, :])[0])
+        return float(self([[bool(m) for m in mask]])[0])
 
     @property
     def full(self) -> float:
@@ -242,6 +251,8 @@ class EmbeddingTarget:
             self.pad = scorer.embed([pad_id])[0]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        import torch
+
         B = x.shape[0]
         full = torch.cat(
             [self.prompt.expand(B, -1, -1), x.to(self.prompt.dtype), self.tail.expand(B, -1, -1)],

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cotcredit.lm import EncodedTrace, Scorer, TracePass
-from cotcredit.segmentation import Segmentation
+if TYPE_CHECKING:  # (the model stack loads with the model: keeps `--help` fast)
+    from cotcredit.encoding import EncodedTrace
+    from cotcredit.lm import Scorer, TracePass
+    from cotcredit.segmentation import Segmentation
 
 
 @dataclass

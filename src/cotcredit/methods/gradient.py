@@ -23,13 +23,15 @@ trace fits a 24 GB CPU machine with the 135M model. saliency and ixg share one g
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
 from cotcredit.methods.attribution import EmbeddingTarget, TargetOptions, resolve_target
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import option
+
+if TYPE_CHECKING:  # torch loads with the model (keeps `--help` fast)
+    import torch
 
 KINDS = ("ig", "saliency", "ixg")
 
@@ -86,6 +88,7 @@ def _per_segment(ctx: TraceContext, attr: torch.Tensor) -> tuple[list[float], li
 
 def run(ctx: TraceContext, options: GradientOptions) -> MethodRows:
     """Rows per requested kind (gradient-ig, gradient-saliency, gradient-ixg) for one trace."""
+    import torch
     from captum.attr import IntegratedGradients, Saliency
 
     f = EmbeddingTarget(ctx, options.target)

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from cotcredit.methods.attribution import TargetOptions, resolve_target, value_function
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import option
@@ -40,6 +38,8 @@ class LooOptions:
 
 def run(ctx: TraceContext, options: LooOptions) -> MethodRows:
     """LOO rows for one trace: score = f(all) − f(all but k), with both values as columns."""
+    import numpy as np
+
     f = value_function(ctx, options.target)
     K = f.K
     masks = np.ones((K + 1, K), dtype=bool)

@@ -47,16 +47,18 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import ClassVar
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, ClassVar
 
 from cotcredit import grading
 from cotcredit.errors import UserError
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import option
 from cotcredit.sampling import SamplingSettings, get_generator
-from cotcredit.tables import TableWriter, run_key
+
+if TYPE_CHECKING:  # pyarrow loads with the first table (keeps `--help` fast)
+    import pyarrow as pa
+
+    from cotcredit.tables import TableWriter
 
 
 @dataclass(frozen=True)
@@ -225,12 +227,16 @@ def run(ctx: TraceContext, options: McOptions) -> MethodRows:
 
 
 # ---- saving rollouts -------------------------------------------------------------------------
-ROLLOUT_SCHEMA = pa.schema([
-    ("run_id", pa.string()), ("trace_id", pa.string()), ("boundary", pa.int64()),
-    ("token", pa.int64()), ("sample", pa.int64()), ("text", pa.string()),
-    ("n_tokens", pa.int64()), ("answer", pa.string()), ("correct", pa.bool_()),
-    ("truncated", pa.bool_()),
-])
+def rollout_schema() -> pa.Schema:
+    """The columns of a rollouts table (`--save-rollouts`): one row per rollout."""
+    import pyarrow as pa
+
+    return pa.schema([
+        ("run_id", pa.string()), ("trace_id", pa.string()), ("boundary", pa.int64()),
+        ("token", pa.int64()), ("sample", pa.int64()), ("text", pa.string()),
+        ("n_tokens", pa.int64()), ("answer", pa.string()), ("correct", pa.bool_()),
+        ("truncated", pa.bool_()),
+    ])
 
 
 # One writer per rollouts table and run (opened at its first trace, closed by `finish`): a
@@ -239,12 +245,15 @@ _WRITERS: dict[str, TableWriter] = {}
 
 
 def rollouts_run_key(ctx: TraceContext, options: McOptions) -> str:
+    from cotcredit.tables import run_key
+
     opts = {k: v for k, v in asdict(options).items() if k not in McOptions.NOT_IN_RUN_KEY}
     return run_key({"model": ctx.scorer.run_identity(), "mc": opts, "table": "rollouts"})
 
 
 def save_rollouts(ctx: TraceContext, options: McOptions, rollouts: list[Rollout]) -> None:
     """Append one trace's rollouts to the table `options.save_rollouts` (resumable)."""
+    from cotcredit.tables import TableWriter
     from cotcredit.version import __version__
 
     key = rollouts_run_key(ctx, options)
@@ -253,7 +262,7 @@ def save_rollouts(ctx: TraceContext, options: McOptions, rollouts: list[Rollout]
         meta = {"run_id": key, "cotcredit_version": __version__, "table": "mc rollouts",
                 "model": ctx.scorer.describe(),
                 "mc": {k: v for k, v in asdict(options).items() if k != "save_rollouts"}}
-        writer = TableWriter(Path(options.save_rollouts), meta, schema=ROLLOUT_SCHEMA)
+        writer = TableWriter(Path(options.save_rollouts), meta, schema=rollout_schema())
         _WRITERS[options.save_rollouts] = writer
     if ctx.trace.id in writer.done:  # resumed after the rollouts but before the scores were saved
         return

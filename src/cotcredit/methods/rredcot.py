@@ -38,7 +38,6 @@ from dataclasses import dataclass
 
 from cotcredit.errors import UserError
 from cotcredit.forcing import ForcingOptions, answer_forcing, resolved
-from cotcredit.lm import Continuation
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import check_choices, option
 from cotcredit.outcome import trace_outcome
@@ -103,6 +102,8 @@ def _logaddexp(a: float, b: float) -> float:
 
 def estimate(ctx: TraceContext, options: RredcotOptions) -> BoundaryEstimates:
     """R̂_k, v̂_k and g_k at every boundary of the trace's segmentation."""
+    from cotcredit.lm import Continuation
+
     scorer, trace = ctx.scorer, ctx.trace
     forcing = answer_forcing(scorer, options.forcing)
     use_v = options.value in ("vhat", "both") and trace.solution is not None

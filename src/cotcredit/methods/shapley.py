@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
 from cotcredit.methods.attribution import (
@@ -43,6 +41,10 @@ from cotcredit.methods.attribution import (
 )
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import check_choices, option
+
+if TYPE_CHECKING:  # numpy and torch load with the model (keeps `--help` fast)
+    import numpy as np
+    import torch
 
 CAPTUM_EXACT_MAX = 8  # captum's exact ShapleyValues enumerates K! orderings
 
@@ -91,6 +93,7 @@ def _is_exact(K: int, options: ShapleyOptions) -> bool:
 
 
 def shapley_shap(f: ValueFunction, options: ShapleyOptions) -> ShapleyResult:
+    import numpy as np
     import shap
 
     K = f.K
@@ -118,11 +121,15 @@ def shapley_shap(f: ValueFunction, options: ShapleyOptions) -> ShapleyResult:
 
 
 def _orderings(K: int, samples: int, seed: int) -> list[list[int]]:
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     return [rng.permutation(K).tolist() for _ in range(samples)]
 
 
 def shapley_captum(f: ValueFunction, options: ShapleyOptions) -> ShapleyResult:
+    import numpy as np
+    import torch
     from captum.attr import ShapleyValues, ShapleyValueSampling
 
     K = f.K
