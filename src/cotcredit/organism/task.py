@@ -1,16 +1,17 @@
 """The organism's task: follow a chain of additions and subtractions from a start number.
 
 A problem states a start number and 3 to 6 operations; every intermediate value stays in
-0..99, so each number is one token of the organism's tokenizer. The prompt and the reference
+0..19 (small numbers keep the arithmetic learnable in minutes on a CPU), and each number is one
+token of the organism's tokenizer. The prompt and the reference
 solution look like this:
 
-    Start at 37. Add 25. Subtract 18. Add 9. Subtract 40. What number do you end at?
+    Start at 7. Add 5. Subtract 9. Add 14. Subtract 6. What number do you end at?
 
-    37 + 25 = 62
-    62 - 18 = 44
-    44 + 9 = 53
-    53 - 40 = 13
-    The answer is 13.
+    7 + 5 = 12
+    12 - 9 = 3
+    3 + 14 = 17
+    17 - 6 = 11
+    The answer is 11.
 
 Each reasoning line is one step that depends on the previous one (its first number is the
 previous line's result), so a wrong step is a program check away (`checker`). Problems are
@@ -25,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-MAX_VALUE = 99
+MAX_VALUE = 19
 MIN_STEPS, MAX_STEPS = 3, 6
 ANSWER_PREFIX = "The answer is "  # the final line, and the exit string E that forces an answer
 QUESTION = "What number do you end at?"
