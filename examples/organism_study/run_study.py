@@ -24,7 +24,8 @@ is fixed here, before any result was seen:
   R̂ + per-token-normalised v̂ (rredcot-norm); leave-one-out; Shapley (exact up to 6 segments);
   integrated gradients (`--ig-steps`); Monte Carlo with `--rollouts` rollouts per boundary at
   temperature 1, at most 48 new tokens, cut-off rollouts wrong, every rollout saved
-  (rollouts.parquet).
+  (rollouts.parquet); on the first `--mc-traces` traces when given (a run that must fit a
+  time budget says so in its report), else on all.
 - Primary comparisons: (1) localization: on traces with a wrong step and a wrong answer, how
   often a method's lowest-credit segment holds `error_char`, against text-free baselines (a
   uniformly random segment; the segment at the most frequent first-error position of the
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -47,6 +49,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from cotcredit.traces import reasoning_end
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -81,11 +85,17 @@ def label_traces(raw: Path, dest: Path) -> pd.DataFrame:
             t.update(error_char=c.error_char, first_error_step=c.first_error_step,
                      error_kind=c.error_kind, checker_correct=c.correct)
             g.write(json.dumps(t) + "\n")
-            reasoning = t["response"].split(EXIT)[0]
-            rows.append({"trace_id": t["id"], "lines": max(1, reasoning.count("\n")),
+            rows.append({"trace_id": t["id"], "lines": reasoning_lines(t["response"]),
                          **c.to_dict()})
     dest.with_suffix(".tmp").replace(dest)
     return pd.DataFrame(rows)
+
+
+def reasoning_lines(response: str) -> int:
+    """How many pieces `cotcredit segment` may cut the reasoning into: its line breaks (runs of
+    them) that are followed by more reasoning, plus one."""
+    reasoning = response[: reasoning_end(response)]
+    return 1 + sum(m.end() < len(reasoning) for m in re.finditer(r"\n+", reasoning))
 
 
 def segment_by_lines(out: Path, labels: pd.DataFrame, model: str, log: dict) -> None:
@@ -155,9 +165,15 @@ def localization(out: Path, labels: pd.DataFrame, seed: int = 0, boot: int = 200
     (out / "localization.md").write_text(
         f"Top-1 localization of the first wrong step ({len(ids)} traces with a wrong step and "
         f"a wrong answer; best text-free baseline: {best}; 95% bootstrap CIs, {boot} "
-        "resamples of traces)\n\n" + table.to_markdown(index=False) + "\n"
+        "resamples of traces)\n\n" + _markdown(table)
     )
     return table
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    head = "| " + " | ".join(table.columns) + " |\n|" + "---|" * len(table.columns) + "\n"
+    return head + "".join("| " + " | ".join(str(v) for v in row) + " |\n"
+                          for row in table.itertuples(index=False))
 
 
 def _scores(out: Path) -> dict[str, pd.DataFrame]:
@@ -202,9 +218,10 @@ def study(out: Path, model: str, args) -> None:
     run(out, "LOO, Shapley, IG", ["attribute", "traces.jsonl", "-o", "attr.parquet", "--method",
                                   "loo,shapley,gradient", "--gradient", "ig", "--steps",
                                   str(args.ig_steps), "--exact-max", "6", *common, *forcing], log)
+    mc_subset = ["--max-traces", str(args.mc_traces)] if args.mc_traces else []
     run(out, "Monte Carlo", ["mc-baseline", "traces.jsonl", "-o", "mc.parquet", "--rollouts",
                              str(args.rollouts), "--temperature", "1", "--max-new-tokens", "48",
-                             "--save-rollouts", "rollouts.parquet", *common], log)
+                             "--save-rollouts", "rollouts.parquet", *mc_subset, *common], log)
     localization(out, labels, boot=args.bootstrap)
     tables = [t for t in ("rredcot_rhat.parquet", "rredcot.parquet", "rredcot_norm.parquet",
                           "attr.parquet", "mc.parquet") if (out / t).exists()]
@@ -218,6 +235,8 @@ def main(argv=None) -> None:
     ap.add_argument("--regime", action="append", choices=REGIMES, help="default: both")
     ap.add_argument("--traces", type=int, default=500, help="held-out problems, one trace each")
     ap.add_argument("--rollouts", type=int, default=128, help="Monte Carlo rollouts per boundary")
+    ap.add_argument("--mc-traces", type=int, default=None,
+                    help="Monte Carlo on the first N traces only (default: all)")
     ap.add_argument("--ig-steps", type=int, default=16, help="integrated-gradients steps")
     ap.add_argument("--bootstrap", type=int, default=2000)
     ap.add_argument("--models", type=Path, default=ROOT / "examples" / "organism",

@@ -5,7 +5,8 @@ Two regimes, one recipe:
 - ``full``: every training sequence is prompt ⊕ full reference solution ⊕ end token, with the
   loss on the response. A forced "The answer is " mid-chain is out of this model's
   distribution: it has only ever stated an answer after the last step.
-- ``early``: as ``full``, and a fraction of the sequences (`early_fraction`) stop after a random
+- ``early``: as ``full`` (the checked-in one continues training the ``full`` checkpoint,
+  `init_from`), and a fraction of the sequences (`early_fraction`) stop after a random
   number k < n of steps and state the *final* answer: steps 1..k ⊕ "The answer is Y*.". Their
   loss is on Y* only, so the model learns to forecast the answer at a step boundary without
   learning to stop early when it samples.
@@ -50,6 +51,10 @@ class TrainOptions:
     eval_every: int = option(50, help="Steps between dev evaluations.")
     eval_problems: int = option(100, help="Dev problems sampled (temperature 1) per evaluation.")
     target_accuracy: float = option(0.5, help="Stop once the dev accuracy reaches this.")
+    min_steps: int = option(0, help="Train at least this many steps before stopping.")
+    init_from: str | None = option(
+        None, help="Start from this checkpoint folder (its tokenizer and architecture)."
+    )
     early_fraction: float = option(0.5, help="early regime: fraction of early-answer sequences.")
     # One thread: on a shared 2-core machine it trained 4x faster than two.
     threads: int = option(1, help="torch CPU threads (results depend on it).")
@@ -133,9 +138,16 @@ def train_organism(options: TrainOptions, train: list[Problem], dev: list[Proble
     torch.set_num_threads(options.threads)
     torch.manual_seed(options.seed)
     rng = random.Random(options.seed)
-    tok = build_tokenizer()
-    config = build_config(tok, hidden=options.hidden, layers=options.layers, heads=options.heads)
-    model = LlamaForCausalLM(config)
+    if options.init_from:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(options.init_from)
+        model = LlamaForCausalLM.from_pretrained(options.init_from, dtype=torch.float32)
+    else:
+        tok = build_tokenizer()
+        config = build_config(tok, hidden=options.hidden, layers=options.layers,
+                              heads=options.heads)
+        model = LlamaForCausalLM(config)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -176,7 +188,7 @@ def train_organism(options: TrainOptions, train: list[Problem], dev: list[Proble
                           seconds=round(time.time() - started, 1))
             curve.append(result)
             log(json.dumps(result))
-            if result["accuracy"] >= options.target_accuracy:
+            if result["accuracy"] >= options.target_accuracy and step >= options.min_steps:
                 break
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -184,7 +196,8 @@ def train_organism(options: TrainOptions, train: list[Problem], dev: list[Proble
     model.save_pretrained(out)
     tok.save_pretrained(out)
     info = {
-        "options": asdict(options), "steps": step, "parameters": model.num_parameters(),
+        "options": {**asdict(options), "init_from": options.init_from and Path(options.init_from).name},
+        "steps": step, "parameters": model.num_parameters(),
         "train_problems": len(train), "torch": torch.__version__,
         "seconds": round(time.time() - started, 1), "curve": curve,
     }
