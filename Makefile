@@ -49,6 +49,17 @@ study: install
 train-study: install
 	HF_HUB_OFFLINE=1 $(PY) examples/train/run_study.py
 
+# The model organism: retrain both checkpoints (about 10-20 minutes each on 2 cores) and say
+# whether they match the checked-in ones in examples/organism/.
+.PHONY: organism organism-study
+organism: install
+	HF_HUB_OFFLINE=1 $(PY) examples/organism/build.py --check
+
+# Localization and MC tracking on the organism (both checkpoints; resumable). Results land in
+# examples/organism_study/.
+organism-study: install
+	HF_HUB_OFFLINE=1 $(PY) examples/organism_study/run_study.py
+
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks examples
 

@@ -1,0 +1,253 @@
+"""Which credit methods find the first wrong step, and which track Monte Carlo, on the organism.
+
+    python examples/organism_study/run_study.py              # or: make organism-study
+    python examples/organism_study/run_study.py --out DIR --traces 4 --rollouts 4   # a quick look
+
+Every model step is a `cotcredit` command as a user types it, run in the study folder; each
+resumes what it finished, so rerunning the script continues an interrupted study. The protocol
+is fixed here, before any result was seen:
+
+- Models: both organism checkpoints, examples/organism/model-full (trained on full chains only)
+  and model-early (its data also states the final answer after a random number of steps).
+  Everything below runs for each, in its own folder (`<out>/<regime>/`).
+- Traces: the first `--traces` held-out problems (examples/organism/problems/test.jsonl), one
+  on-policy trace each at temperature 1, seed 0, at most 64 new tokens (`cotcredit generate`).
+  The checker (`cotcredit.organism.checker`) adds to each trace `error_char` (character offset
+  of the first wrong step, -1 when every step is right), `first_error_step` and `error_kind`.
+- Segmentation: one segment per reasoning line (= per step). Candidate cuts are the line
+  breaks, so `cotcredit segment -k L` on traces with L reasoning lines keeps every line and
+  merges none; traces are segmented in groups of equal L and the groups' tables joined into
+  one segmentation (segments.parquet) that every method reuses (--segments-file).
+- Answer forcing: the task's own answer line, exit string "The answer is " (the organism's
+  numbers are single tokens, so p(Y*) needs no terminator).
+- Methods: RREDCoT with R̂ alone (rredcot-rhat), R̂ + v̂ in probability space (rredcot), and
+  R̂ + per-token-normalised v̂ (rredcot-norm); leave-one-out; Shapley (exact up to 6 segments);
+  integrated gradients (`--ig-steps`); Monte Carlo with `--rollouts` rollouts per boundary at
+  temperature 1, at most 48 new tokens, cut-off rollouts wrong, every rollout saved
+  (rollouts.parquet); on the first `--mc-traces` traces when given (a run that must fit a
+  time budget says so in its report), else on all.
+- Primary comparisons: (1) localization: on traces with a wrong step and a wrong answer, how
+  often a method's lowest-credit segment holds `error_char`, against text-free baselines (a
+  uniformly random segment; the segment at the most frequent first-error position of the
+  other traces, leave-one-out), with each method's paired difference from the best baseline
+  and its bootstrap CI; (2) MC tracking: `cotcredit compare` with MC as the reference.
+- Costs: wall seconds of every step (steps.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cotcredit.traces import reasoning_end
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+PROBLEMS = ROOT / "examples" / "organism" / "problems" / "test.jsonl"
+REGIMES = ("full", "early")
+EXIT = "The answer is "
+METHODS = ("rredcot-rhat", "rredcot", "rredcot-norm", "loo", "shapley", "gradient-ig", "mc")
+
+
+def run(out: Path, name: str, argv: list[str], log: dict) -> None:
+    """One `cotcredit` command in the study folder (it resumes itself); its wall time logged."""
+    print(f"== {name}: cotcredit {shlex.join(argv)}", flush=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "cotcredit", *argv], cwd=out)
+    if proc.returncode != 0:
+        sys.exit(f"study stopped at step '{name}' (exit {proc.returncode}); rerun to resume")
+    log[name] = {"command": "cotcredit " + shlex.join(argv),
+                 "seconds": round(time.perf_counter() - t0, 1)}
+    (out / "steps.json").write_text(json.dumps(log, indent=1) + "\n")
+
+
+def label_traces(raw: Path, dest: Path) -> pd.DataFrame:
+    """Add the checker's first-error fields to every trace; returns them as a frame."""
+    from cotcredit.organism.checker import check_response
+    from cotcredit.organism.task import parse_prompt
+
+    rows = []
+    with open(raw) as f, open(dest.with_suffix(".tmp"), "w") as g:
+        for line in f:
+            t = json.loads(line)
+            c = check_response(parse_prompt(t["prompt"]), t["response"])
+            t.update(error_char=c.error_char, first_error_step=c.first_error_step,
+                     error_kind=c.error_kind, checker_correct=c.correct)
+            g.write(json.dumps(t) + "\n")
+            rows.append({"trace_id": t["id"], "lines": reasoning_lines(t["response"]),
+                         **c.to_dict()})
+    dest.with_suffix(".tmp").replace(dest)
+    return pd.DataFrame(rows)
+
+
+def reasoning_lines(response: str) -> int:
+    """How many pieces `cotcredit segment` may cut the reasoning into: its line breaks (runs of
+    them) that are followed by more reasoning, plus one."""
+    reasoning = response[: reasoning_end(response)]
+    return 1 + sum(m.end() < len(reasoning) for m in re.finditer(r"\n+", reasoning))
+
+
+def segment_by_lines(out: Path, labels: pd.DataFrame, model: str, log: dict) -> None:
+    """segments.parquet: one segment per reasoning line, via `segment -k L` per group of L."""
+    if (out / "segments.parquet").exists():
+        return
+    traces = {json.loads(x)["id"]: x for x in (out / "traces.jsonl").read_text().splitlines()}
+    parts = []
+    for n_lines, group in labels.groupby("lines"):
+        name = f"lines{n_lines}"
+        (out / f"{name}.jsonl").write_text("".join(traces[i] + "\n" for i in group.trace_id))
+        run(out, f"segmentation, {n_lines} lines",
+            ["segment", f"{name}.jsonl", "-o", f"{name}-segments", "-k", str(n_lines),
+             "--model", model, "--on-error", "skip", "-q"], log)
+        parts.append(pd.read_parquet(out / f"{name}-segments"))
+    pd.concat(parts, ignore_index=True).to_parquet(out / "segments.parquet")
+
+
+def localization(out: Path, labels: pd.DataFrame, seed: int = 0, boot: int = 2000) -> pd.DataFrame:
+    """Top-1 localization of the first wrong step per method and text-free baseline, with
+    bootstrap CIs and each method's paired difference from the best baseline."""
+    seg = pd.read_parquet(out / "segments.parquet")
+    lab = labels.set_index("trace_id")
+    wrong = [t for t in lab.index if lab.loc[t, "error_char"] >= 0 and not lab.loc[t, "correct"]]
+    hit_segment: dict[str, int] = {}
+    n_segments: dict[str, int] = {}
+    for tid, g in seg.groupby("trace_id"):
+        if tid not in wrong:
+            continue
+        e = int(lab.loc[tid, "error_char"])
+        g = g.sort_values("segment")
+        inside = g[(g.char_start <= e) & (e < g.char_end)]
+        # An error at the end of the reasoning (a missing step) belongs to the last segment.
+        hit_segment[tid] = int(inside.segment.iloc[0]) if len(inside) else int(g.segment.max())
+        n_segments[tid] = len(g)
+    ids = sorted(hit_segment)
+    hits: dict[str, np.ndarray] = {}
+    scores = _scores(out)
+    for method, table in scores.items():
+        lowest = table.loc[table.groupby("trace_id").score.idxmin()].set_index("trace_id").segment
+        hits[method] = np.array([float(lowest.get(t, -1) == hit_segment[t]) for t in ids])
+    hits["baseline: random segment"] = np.array([1.0 / n_segments[t] for t in ids])
+    counts = Counter(hit_segment[t] for t in ids)
+    mode_hits = []
+    for t in ids:  # the most frequent first-error segment among the *other* traces
+        c = counts.copy()
+        c[hit_segment[t]] -= 1
+        mode_hits.append(float(max(c, key=lambda s: (c[s], -s)) == hit_segment[t]))
+    hits["baseline: most frequent position"] = np.array(mode_hits)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(ids), size=(boot, len(ids))) if ids else np.zeros((boot, 0), int)
+    best = max((k for k in hits if k.startswith("baseline")), key=lambda k: hits[k].mean())
+    rows = []
+    for method, h in hits.items():
+        means = h[idx].mean(axis=1) if ids else np.array([np.nan])
+        diff = (h - hits[best])[idx].mean(axis=1) if ids else np.array([np.nan])
+        rows.append({
+            "method": method, "traces": len(ids), "hit_rate": round(float(h.mean()), 3),
+            "ci_low": round(float(np.quantile(means, 0.025)), 3),
+            "ci_high": round(float(np.quantile(means, 0.975)), 3),
+            "minus_best_baseline": round(float((h - hits[best]).mean()), 3),
+            "diff_ci_low": round(float(np.quantile(diff, 0.025)), 3),
+            "diff_ci_high": round(float(np.quantile(diff, 0.975)), 3),
+        })
+    table = pd.DataFrame(rows)
+    table.to_csv(out / "localization.csv", index=False)
+    (out / "localization.md").write_text(
+        f"Top-1 localization of the first wrong step ({len(ids)} traces with a wrong step and "
+        f"a wrong answer; best text-free baseline: {best}; 95% bootstrap CIs, {boot} "
+        "resamples of traces)\n\n" + _markdown(table)
+    )
+    return table
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    head = "| " + " | ".join(table.columns) + " |\n|" + "---|" * len(table.columns) + "\n"
+    return head + "".join("| " + " | ".join(str(v) for v in row) + " |\n"
+                          for row in table.itertuples(index=False))
+
+
+def _scores(out: Path) -> dict[str, pd.DataFrame]:
+    tables = {}
+    for folder in ("rredcot.parquet", "rredcot_rhat.parquet", "rredcot_norm.parquet",
+                   "attr.parquet", "mc.parquet"):
+        if (out / folder).exists():
+            df = pd.read_parquet(out / folder)
+            for method, g in df.groupby("method"):
+                tables[str(method)] = g
+    return tables
+
+
+def study(out: Path, model: str, args) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    log: dict = json.loads((out / "steps.json").read_text()) if (out / "steps.json").exists() else {}
+    lines = PROBLEMS.read_text().splitlines(keepends=True)[: args.traces]
+    (out / "problems.jsonl").write_text("".join(lines))
+    run(out, "traces", ["generate", "problems.jsonl", "-o", "raw_traces.jsonl", "--samples", "1",
+                        "--temperature", "1", "--max-new-tokens", "64", "--seed", "0",
+                        "--model", model, "-q"], log)
+    labels = label_traces(out / "raw_traces.jsonl", out / "traces.jsonl")
+    hist = labels[labels.first_error_step > 0].first_error_step.value_counts().sort_index()
+    (out / "traces_summary.json").write_text(json.dumps({
+        "traces": len(labels), "correct": int(labels.correct.sum()),
+        "steps_right": int((labels.error_char < 0).sum()),
+        "first_error_step_histogram": {int(k): int(v) for k, v in hist.items()},
+        "error_kinds": labels[labels.error_kind != ""].error_kind.value_counts().to_dict(),
+    }, indent=1) + "\n")
+    segment_by_lines(out, labels, model, log)
+    common = ["--model", model, "--segments-file", "segments.parquet", "--on-error", "skip",
+              "--timings", "-q"]
+    forcing = ["--exit-string", EXIT]
+    run(out, "RREDCoT, R̂ alone", ["redistribute", "traces.jsonl", "-o", "rredcot_rhat.parquet",
+                                  "--value", "rhat", "--label", "rredcot-rhat", *common,
+                                  *forcing], log)
+    run(out, "RREDCoT", ["redistribute", "traces.jsonl", "-o", "rredcot.parquet", *common,
+                         *forcing], log)
+    run(out, "RREDCoT, normalised v̂", ["redistribute", "traces.jsonl", "-o",
+                                        "rredcot_norm.parquet", "--length-norm", "--label",
+                                        "rredcot-norm", *common, *forcing], log)
+    run(out, "LOO, Shapley, IG", ["attribute", "traces.jsonl", "-o", "attr.parquet", "--method",
+                                  "loo,shapley,gradient", "--gradient", "ig", "--steps",
+                                  str(args.ig_steps), "--exact-max", "6", *common, *forcing], log)
+    mc_subset = ["--max-traces", str(args.mc_traces)] if args.mc_traces else []
+    run(out, "Monte Carlo", ["mc-baseline", "traces.jsonl", "-o", "mc.parquet", "--rollouts",
+                             str(args.rollouts), "--temperature", "1", "--max-new-tokens", "48",
+                             "--save-rollouts", "rollouts.parquet", *mc_subset, *common], log)
+    localization(out, labels, boot=args.bootstrap)
+    tables = [t for t in ("rredcot_rhat.parquet", "rredcot.parquet", "rredcot_norm.parquet",
+                          "attr.parquet", "mc.parquet") if (out / t).exists()]
+    run(out, "report", ["compare", "--scores", *tables, "-o", "report", "--bootstrap",
+                        str(args.bootstrap), "-q"], log)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=HERE, help="study folder (default: this one)")
+    ap.add_argument("--regime", action="append", choices=REGIMES, help="default: both")
+    ap.add_argument("--traces", type=int, default=500, help="held-out problems, one trace each")
+    ap.add_argument("--rollouts", type=int, default=128, help="Monte Carlo rollouts per boundary")
+    ap.add_argument("--mc-traces", type=int, default=None,
+                    help="Monte Carlo on the first N traces only (default: all)")
+    ap.add_argument("--ig-steps", type=int, default=16, help="integrated-gradients steps")
+    ap.add_argument("--bootstrap", type=int, default=2000)
+    ap.add_argument("--models", type=Path, default=ROOT / "examples" / "organism",
+                    help="folder holding model-full/ and model-early/")
+    args = ap.parse_args(argv)
+    for regime in args.regime or REGIMES:
+        out = args.out.resolve() / regime
+        # Relative to the study folder, so the tables' metadata carry no machine path.
+        model = os.path.relpath((args.models / f"model-{regime}").resolve(), out)
+        study(out, model, args)
+
+
+if __name__ == "__main__":
+    main()

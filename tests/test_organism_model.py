@@ -1,0 +1,93 @@
+"""The organism's tokenizer, training and checked-in checkpoints, loaded like a user's model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from conftest import run_cli
+from safetensors.torch import load_file
+
+from cotcredit.organism.checker import check_response
+from cotcredit.organism.model import build_tokenizer
+from cotcredit.organism.task import MAX_VALUE, Problem, reference_solution, split_problems
+from cotcredit.organism.train import TrainOptions, encode_example, train_organism
+
+ROOT = Path(__file__).resolve().parents[1]
+ORGANISM = ROOT / "examples" / "organism"
+P = Problem(7, (("+", 5), ("-", 9), ("+", 14), ("-", 6)))
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+def test_every_number_is_one_token(tok):
+    for v in range(MAX_VALUE + 1):
+        for text in (str(v), f" {v}"):
+            assert len(tok(text, add_special_tokens=False)["input_ids"]) == 1, text
+    ids = tok("The answer is 11", add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(ids)[-1] == "Ġ11"
+
+
+def test_training_sequences(tok):
+    ids, labels = encode_example(tok, P)
+    text = tok.decode([t for t in labels if t != -100])
+    assert text == reference_solution(P) + tok.eos_token
+    # early answer after one step: the loss is on the final answer's token only
+    ids, labels = encode_example(tok, P, upto=1)
+    assert tok.decode(ids).endswith("7 + 5 = 12\nThe answer is 11.")
+    assert [tok.decode([t]) for t in labels if t != -100] == [" 11"]
+
+
+def test_training_is_deterministic(tmp_path):
+    s = split_problems({"train": 200, "dev": 4})
+    opts = TrainOptions(hidden=32, layers=1, heads=2, batch_size=4, max_steps=3, eval_every=3,
+                        eval_problems=4, warmup=1, regime="early")
+    a = train_organism(opts, s["train"], s["dev"], tmp_path / "a", log=lambda _: None)
+    b = train_organism(opts, s["train"], s["dev"], tmp_path / "b", log=lambda _: None)
+    wa, wb = load_file(str(tmp_path / "a" / "model.safetensors")), load_file(
+        str(tmp_path / "b" / "model.safetensors"))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    drop = lambda c: [{k: v for k, v in e.items() if k != "seconds"} for e in c]  # noqa: E731
+    assert drop(a["curve"]) == drop(b["curve"]) and a["steps"] == 3
+
+
+@pytest.mark.parametrize("regime", ["full", "early"])
+def test_checked_in_checkpoint(regime):
+    folder = ORGANISM / f"model-{regime}"
+    info = json.loads((folder / "training.json").read_text())
+    assert info["options"]["regime"] == regime
+    assert (folder / "model.safetensors").stat().st_size < 20 * 2**20
+    for f in folder.iterdir():  # no machine paths in the checked-in files
+        if f.suffix in (".json", ".jinja"):
+            assert "/work/" not in f.read_text() and "/tmp/" not in f.read_text()
+
+
+def test_organism_loads_through_model_and_runs_segment_and_redistribute(tmp_path, capsys):
+    problems = split_problems({"dev": 3})["dev"]
+    traces = tmp_path / "traces.jsonl"
+    with open(traces, "w") as f:
+        for i, p in enumerate(problems):
+            f.write(json.dumps({"id": f"t{i}", "prompt": p.prompt, "response": p.solution,
+                                "answer": str(p.answer)}) + "\n")
+    model = str(ORGANISM / "model-full")
+    k = len(problems[0].steps)
+    code, _, err = run_cli(["segment", traces, "-o", tmp_path / "seg", "--model", model,
+                            "-k", k, "--max-traces", 1, "-q"], capsys)
+    assert code == 0, err
+    seg = pd.read_parquet(tmp_path / "seg")
+    # with -k = its number of steps, one segment per reasoning line, in order
+    lines = problems[0].solution.splitlines(keepends=True)[:k]
+    assert list(seg.sort_values("segment").text) == lines
+    code, _, err = run_cli(["redistribute", traces, "-o", tmp_path / "r", "--model", model,
+                            "-k", k, "--max-traces", 1, "--value", "rhat",
+                            "--exit-string", "The answer is ", "-q"], capsys)
+    assert code == 0, err
+    r = pd.read_parquet(tmp_path / "r")
+    assert len(r) == k and r.score.notna().all()
+    assert check_response(problems[0], problems[0].solution).correct
