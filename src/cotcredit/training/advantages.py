@@ -47,11 +47,23 @@ token (a segment's total credit grows with its length): a per-segment split woul
 one-token segment with a high reward an enormous per-token advantage. ``floor`` ∈ [0, 1] is the
 fraction of the plain advantage every segment token keeps whatever its reward (0 = pure
 reweighting, 1 = plain GRPO); it guards against starving segments when the scorer is noisy.
+
+Two variants change only the rewards the weights are computed from (the formula, the total
+``A · n`` and the signs stay):
+
+- ``value_difference_rewards``: weights from ``g_k − g_{k−1}`` alone. The scorer's last reward
+  also absorbs the terminal correction ``ζ − g_K``, which on a correct completion with a flat
+  ``g`` hands most of the weight to the last segment whatever it says; without it the weights
+  say only where the probability moved.
+- ``shuffled_rewards``: a control. The same rewards in a random order (seeded, the same for the
+  same seed and completion), so the weights keep their spread and lose their placement: if
+  credit helps, it must beat this.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -60,6 +72,29 @@ import torch
 MODES = ("grpo", "rredcot")
 DEFAULT_STRENGTH = 3.0
 DEFAULT_FLOOR = 0.0
+
+
+def value_difference_rewards(g: Sequence[float]) -> list[float]:
+    """Segment rewards ``g_k − g_{k−1}`` (k = 1..K) from ``g_0..g_K``, the terminal correction
+    kept out (they sum to ``g_K − g_0``, not to ``ζ − g_0``)."""
+    values = np.asarray(g, dtype=np.float64).reshape(-1)
+    if values.size < 2:
+        raise ValueError(f"g needs g_0..g_K with K >= 1, got {list(g)}")
+    return np.diff(values).tolist()
+
+
+def completion_key(completion_ids: Sequence[int]) -> int:
+    """A stable 32-bit key of a completion's token ids (the same ids give the same key in
+    every process and run; Python's ``hash`` is salted per process)."""
+    return zlib.crc32(np.asarray(list(completion_ids), dtype=np.int64).tobytes())
+
+
+def shuffled_rewards(rewards: Sequence[float], seed: int, key: int) -> list[float]:
+    """``rewards`` permuted by a generator seeded with ``(seed, key)``: deterministic per seed
+    and completion (``key = completion_key(ids)``), independent of batch order."""
+    values = np.asarray(rewards, dtype=np.float64).reshape(-1)
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(key) & 0xFFFFFFFF])
+    return values[rng.permutation(values.size)].tolist()
 
 
 def _check_options(mode: str, strength: float, floor: float) -> None:

@@ -78,6 +78,9 @@ class RredcotTrainingOptions(_Section):
     length_norm: bool = False  # per-token (geometric-mean) normalisation of v-hat
     strength: float = Field(DEFAULT_STRENGTH, ge=0)  # β of the reweighting (advantages.py)
     floor: float = Field(DEFAULT_FLOOR, ge=0, le=1)  # share of the plain advantage kept
+    # false: weights from g_k - g_{k-1} alone, the terminal correction zeta - g_K kept out
+    terminal_in_weights: bool = True
+    shuffle: bool = False  # control: rewards permuted within each completion (seeded by seed)
 
 
 class LoraOptions(_Section):

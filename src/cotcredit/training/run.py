@@ -383,6 +383,7 @@ def train(
                 model=cfg.model, chat_template=cfg.chat_template, system_prompt=cfg.system_prompt
             ),
             name=label,
+            terminal_in_weights=cfg.rredcot.terminal_in_weights,
         )
         _check_rredcot_inputs(segment_fn, train_problems, cfg)
 
@@ -401,6 +402,7 @@ def train(
             segment_rewards_fn=segment_fn,
             strength=cfg.rredcot.strength,
             floor=cfg.rredcot.floor,
+            shuffle_seed=cfg.seed if cfg.rredcot.shuffle else None,
             peft_config=peft_config,
         )
     if segment_fn is not None:

@@ -15,6 +15,10 @@ reward functions (the correctness reward alone by default, so ζ = graded correc
 completion's graded correctness (``grading.grade_completion``). The rewards sum to ζ − g_0,
 checked for every completion.
 
+With ``terminal_in_weights=False`` it returns ``g_k − g_{k−1}`` instead (the terminal correction
+``ζ − g_K`` left out; ``advantages.value_difference_rewards``): the trainer keeps each
+completion's total ``A · n`` whatever the rewards sum to, so only the placement changes.
+
 It returns the rewards and the segments' token spans relative to the completion (the reasoning
 starts at completion token 0); the spans tile the reasoning tokens, and the final-answer tokens
 after it belong to no segment. It returns None — the completion keeps its plain GRPO advantage —
@@ -37,6 +41,7 @@ from cotcredit.forcing import ForcingOptions
 from cotcredit.lm import ModelOptions, Scorer
 from cotcredit.methods.rredcot import RredcotOptions
 from cotcredit.online import CompletionCredit, OnlineRredcot
+from cotcredit.training.advantages import value_difference_rewards
 
 SegmentRewards = tuple[list[float], list[tuple[int, int]]]
 
@@ -79,6 +84,7 @@ class PolicySegmentRewards:
         length_norm: bool = False,
         model_options: ModelOptions | None = None,
         name: str = "policy",
+        terminal_in_weights: bool = True,
     ):
         self.options = RredcotOptions(
             value=value,
@@ -91,6 +97,8 @@ class PolicySegmentRewards:
             on_unscorable="skip", name=name,
         )
         self.segment_options = self.online.segment_options
+        # False: return g_k - g_{k-1} (the terminal correction kept out of what weights read)
+        self.terminal_in_weights = terminal_in_weights
         self.calls = 0  # completions scored (or tried)
         self.failures = 0  # completions a probe could not be built for (plain advantage kept)
         self._warned: set[str] = set()
@@ -159,4 +167,6 @@ class PolicySegmentRewards:
         self.last = ScoredCompletion(
             credit.encoded, credit.outcome, credit.g, credit.rewards, credit.spans
         )
+        if not self.terminal_in_weights:
+            return value_difference_rewards(credit.g), list(credit.spans)
         return list(credit.rewards), list(credit.spans)

@@ -51,6 +51,8 @@ from cotcredit.training.advantages import (
     DEFAULT_STRENGTH,
     MODES,
     batch_token_advantages,
+    completion_key,
+    shuffled_rewards,
 )
 
 SegmentRewards = tuple[Sequence[float], Sequence[tuple[int, int]]]
@@ -63,7 +65,9 @@ class RredcotGRPOTrainer(GRPOTrainer):
     Extra keyword arguments (all others go to ``GRPOTrainer``):
     ``advantage_mode`` — ``"grpo"`` (TRL unchanged) or ``"rredcot"``;
     ``segment_rewards_fn(prompt_ids, completion_ids[, example=row]) -> (rewards, spans) | None``
-    — required in mode ``rredcot``; ``strength`` and ``floor`` — see ``advantages.segment_token_advantages``.
+    — required in mode ``rredcot``; ``strength`` and ``floor`` — see ``advantages.segment_token_advantages``;
+    ``shuffle_seed`` — not None: the shuffled control, each completion's rewards permuted before
+    weighting (``advantages.shuffled_rewards``, keyed by the seed and the completion's token ids).
     """
 
     def __init__(
@@ -73,6 +77,7 @@ class RredcotGRPOTrainer(GRPOTrainer):
         segment_rewards_fn: SegmentRewardsFn | None = None,
         strength: float = DEFAULT_STRENGTH,
         floor: float = DEFAULT_FLOOR,
+        shuffle_seed: int | None = None,
         **kwargs,
     ):
         if advantage_mode not in MODES:
@@ -87,6 +92,7 @@ class RredcotGRPOTrainer(GRPOTrainer):
         self.segment_rewards_fn = segment_rewards_fn
         self.strength = strength
         self.floor = floor
+        self.shuffle_seed = shuffle_seed
         self.rredcot_seconds_total = 0.0  # this process's seconds in segment_rewards_fn so far
         self._scoring_examples = None
         self._rewards_per_func = None  # the last batch's rewards (all processes' rows)
@@ -185,9 +191,13 @@ class RredcotGRPOTrainer(GRPOTrainer):
                 for i, p_ids, c_ids in zip(selected, p_rows, c_rows):
                     extra = {"example": examples[i]} if pass_example else {}
                     results.append(self.segment_rewards_fn(p_ids, c_ids, **extra))
-        for i, result in zip(selected, results, strict=True):
+        for i, c_ids, result in zip(selected, c_rows, results, strict=True):
             if result is not None:
                 rewards[i], spans[i] = result
+                if self.shuffle_seed is not None:
+                    rewards[i] = shuffled_rewards(
+                        rewards[i], self.shuffle_seed, completion_key(c_ids)
+                    )
                 n_segments.append(len(rewards[i]))
         seconds = time.perf_counter() - start
         self.rredcot_seconds_total += seconds
