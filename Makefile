@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH ?= torch==2.13.0
 OUT ?= out
 
-.PHONY: install demo test test-slow lint study train-study clean
+.PHONY: install demo test test-slow lint study train-study train-study-lookup clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,8 +45,15 @@ test-slow: install
 study: install
 	HF_HUB_OFFLINE=1 $(PY) examples/mc_study/run_study.py
 
-# GRPO vs GRPO with RREDCoT advantages, 3 seeds each (resumable). Results in examples/train/study/.
+# Does RREDCoT train better than GRPO? Five advantage arms (grpo, rredcot, rredcot without the
+# terminal correction in its weights, rredcot floor 0.5, shuffled control) x 5 seeds x 300 steps on
+# the model organism (resumable). Results in examples/organism_train/study/.
 train-study: install
+	HF_HUB_OFFLINE=1 $(PY) examples/organism_train/run_study.py
+
+# GRPO vs GRPO with RREDCoT advantages on the lookup task and the embedded SmolLM2, 3 seeds each
+# (resumable): the realistic-model check. Results in examples/train/study/.
+train-study-lookup: install
 	HF_HUB_OFFLINE=1 $(PY) examples/train/run_study.py
 
 # The model organism: retrain both checkpoints (about 10-20 minutes each on 2 cores) and say

@@ -1,0 +1,111 @@
+"""The organism training study script at a tiny size: every output is written, a rerun resumes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBLEMS = [
+    {"id": "a", "prompt": "What is 3 + 4?", "answer": "7", "solution": "3 + 4 = 7."},
+    {"id": "b", "prompt": "What is 5 + 7?", "answer": "12", "solution": "5 + 7 = 12."},
+    {"id": "c", "prompt": "What is 6 + 3?", "answer": "9", "solution": "6 + 3 = 9."},
+]
+CONFIG = """\
+model: unused
+train_file: train.jsonl
+eval_file: eval.jsonl
+output_dir: out
+advantage: rredcot
+rredcot:
+  segments: 3
+grpo:
+  num_generations: 2
+  max_completion_length: 12
+  learning_rate: 1.0e-3
+  gradient_checkpointing: false
+  report_to: none
+  extra: {disable_tqdm: true, dataloader_pin_memory: false}
+eval:
+  max_new_tokens: 6
+"""
+
+
+def _study():
+    spec = importlib.util.spec_from_file_location(
+        "organism_train_study", ROOT / "examples" / "organism_train" / "run_study.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_arms_differ_only_in_the_advantage(tmp_path):
+    study = _study()
+    assert set(study.ARMS) == {"grpo", "rredcot", "rredcot-nocorr", "rredcot-floor0.5", "shuffled"}
+    config = ROOT / "examples" / "organism_train" / "config.yaml"
+    args = type("A", (), {"model": str(tmp_path), "eval_every": 50, "steps": 300, "samples": 4,
+                          "prompts_per_step": 2})()
+    made = {}
+    import yaml
+
+    for arm in study.ARMS:
+        made[arm] = yaml.safe_load(study.run_config(config, arm, 3, tmp_path, args).read_text())
+    rest = [{k: v for k, v in c.items() if k not in ("advantage", "rredcot", "output_dir")}
+            for c in made.values()]
+    assert all(r == rest[0] for r in rest)  # same seed, data, model, sizes, eval
+    assert rest[0]["seed"] == 3 and rest[0]["grpo"]["num_generations"] >= 8
+    assert rest[0]["grpo"]["max_steps"] == 300 and rest[0]["eval"]["samples"] == 4
+    assert made["grpo"]["advantage"] == "grpo"
+    assert made["rredcot-nocorr"]["rredcot"]["terminal_in_weights"] is False
+    assert made["rredcot-floor0.5"]["rredcot"]["floor"] == 0.5
+    assert made["shuffled"]["rredcot"]["shuffle"] is True
+    base = {k: v for k, v in made["rredcot"]["rredcot"].items()}
+    assert {k: v for k, v in made["shuffled"]["rredcot"].items() if k != "shuffle"} == base
+
+
+def test_tiny_study_writes_outputs_and_resumes(tmp_path, tiny_model_dir, capsys):
+    study = _study()
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
+    (tmp_path / "source.jsonl").write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
+    (tmp_path / "config.yaml").write_text(CONFIG)
+    out = tmp_path / "study"
+    argv = ["--out", str(out), "--config", str(tmp_path / "config.yaml"),
+            "--model", str(tiny_model_dir), "--eval-source", str(tmp_path / "source.jsonl"),
+            "--eval-problems", "2", "--arms", "grpo", "shuffled", "--seeds", "0",
+            "--steps", "2", "--prompts-per-step", "1", "--eval-every", "1", "--samples", "2",
+            "--weights-sample", "0"]
+    study.main(argv)
+    for name in ("summary.csv", "summary.md", "summary.tex", "curves.png", "curves.pdf",
+                 "runs.csv", "greedy_start.json", "eval_problems.jsonl"):
+        assert (out / name).is_file(), name
+    for arm in ("grpo", "shuffled"):
+        run = out / "runs" / f"{arm}-seed0"
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows] == [1, 2]
+        curve = [json.loads(line) for line in (run / "eval_curve.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in curve] == [0, 1, 2]
+        assert json.loads((run / "greedy.json").read_text())["after"]["problems"] == 2
+    table = pd.read_csv(out / "summary.csv")
+    assert list(table.arm) == ["grpo", "shuffled"]
+    runs = pd.read_csv(out / "runs.csv")
+    # Area under the curve: the trapezoid mean of the curve, computed directly.
+    curve = [json.loads(x) for x in (out / "runs" / "grpo-seed0" / "eval_curve.jsonl")
+             .read_text().splitlines()]
+    acc = [r["accuracy"] for r in curve]
+    assert runs[runs.arm == "grpo"].auc.iloc[0] == pytest.approx(
+        ((acc[0] + acc[1]) / 2 + (acc[1] + acc[2]) / 2) / 2)
+    assert table.loc[0, "final_vs_grpo"] == 0.0  # grpo against itself
+    assert "shuffled" in (out / "summary.md").read_text()
+    before = {a: (out / "runs" / f"{a}-seed0" / "metrics.jsonl").stat().st_mtime_ns
+              for a in ("grpo", "shuffled")}
+    capsys.readouterr()
+    study.main(argv)  # a rerun skips finished runs
+    printed = capsys.readouterr().out
+    assert "grpo seed 0: done" in printed and "shuffled seed 0: done" in printed
+    assert before == {a: (out / "runs" / f"{a}-seed0" / "metrics.jsonl").stat().st_mtime_ns
+                      for a in ("grpo", "shuffled")}
