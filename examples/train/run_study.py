@@ -1,6 +1,6 @@
 """Does GRPO with RREDCoT advantages train better than plain GRPO? Both, several seeds, side by side.
 
-    python examples/train/run_study.py              # or: make train-study (48 min on 2 cores)
+    python examples/train/run_study.py              # or: make train-study-lookup (48 min on 2 cores)
     python examples/train/run_study.py --steps 200 --prompts-per-step 2 --eval-every 50 \
         --seeds 0 1 2 3 4 --out runs/train-study-full          # the full setting (a GPU)
 
