@@ -68,6 +68,7 @@ def test_arms_differ_only_in_the_advantage(tmp_path):
     assert {k: v for k, v in made["shuffled"]["rredcot"].items() if k != "shuffle"} == base
 
 
+@pytest.mark.slow  # trains four tiny runs in subprocesses: minutes on a busy CPU
 def test_tiny_study_writes_outputs_and_resumes(tmp_path, tiny_model_dir, capsys):
     study = _study()
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
