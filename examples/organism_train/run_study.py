@@ -55,7 +55,6 @@ from cotcredit.training.metrics import (
     plot_seed_curves,
     read_metrics,
     seed_run_summary,
-    seed_summary_markdown,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -214,16 +213,19 @@ def _ci(row, key: str) -> str:
 
 
 def comparison_markdown(table) -> str:
-    head = ("| arm | seeds | final (sampled) | greedy | area under curve | final − grpo | "
+    head = ("| arm | seeds | final (sampled) | gain over start | greedy | area under curve | "
+            "final − grpo | "
             "area − grpo | final − shuffled | area − shuffled | scored | weight spread | "
-            "s / step | scoring s / scored step |")
+            "s / step | × grpo | scoring s / scored step |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for _, r in table.iterrows():
         lines.append(
-            f"| {r['arm']} | {r['seeds']} | {_ci(r, 'eval_after')} | {_ci(r, 'greedy')} | "
+            f"| {r['arm']} | {r['seeds']} | {_ci(r, 'eval_after')} | {_ci(r, 'eval_gain')} | "
+            f"{_ci(r, 'greedy')} | "
             f"{_ci(r, 'auc')} | {_ci(r, 'final_vs_grpo')} | {_ci(r, 'auc_vs_grpo')} | "
             f"{_ci(r, 'final_vs_shuffled')} | {_ci(r, 'auc_vs_shuffled')} | "
             f"{r['scored_fraction']:.2f} | {r['weight_std']:.3f} | {r['step_seconds']:.1f} | "
+            f"{r['seconds_ratio']:.2f} | "
             f"{r['scored_step_seconds']:.1f} |".replace("nan", "–")
         )
     return "\n".join(lines) + "\n"
@@ -380,10 +382,9 @@ def main(argv: list[str] | None = None) -> None:
     text = (comparison_markdown(table) + f"\n{args.steps} steps, {len(args.seeds)} seeds, "
             f"{len(problems)} held-out problems × {args.samples} samples (temperature 1); "
             "greedy: the final checkpoint; area: mean held-out accuracy over training; "
-            "differences are paired by seed, 95% t-intervals over seeds.\n\n"
-            "seed_run_summary's table (before/after/gain, steps, cost):\n\n"
-            + seed_summary_markdown(table.rename(columns={"arm": "mode"}), target=0.8,
-                                    steps=args.steps, window=window))
+            "differences are paired by seed, 95% t-intervals over seeds; s / step: median "
+            "step; scoring s / scored step: median RREDCoT scoring seconds of the steps that "
+            "scored.\n")
     print(plot_seed_curves(runs, out / "curves.png", window=window,
                            title=f"Advantage arms on the organism, {len(args.seeds)} seeds"))
     if args.weights_sample:
