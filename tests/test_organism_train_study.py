@@ -110,3 +110,22 @@ def test_tiny_study_writes_outputs_and_resumes(tmp_path, tiny_model_dir, capsys)
     assert "grpo seed 0: done" in printed and "shuffled seed 0: done" in printed
     assert before == {a: (out / "runs" / f"{a}-seed0" / "metrics.jsonl").stat().st_mtime_ns
                       for a in ("grpo", "shuffled")}
+
+
+def test_weights_markdown_counts_penalties_on_the_first_wrong_step():
+    """Two wrong completions (first error in segment 1 of both; the heaviest penalty on segment
+    1 in one, on segment 0 in the other) and one correct one: 1 hit of 2, chance 1/3 and 1/2."""
+    study = _study()
+    rows = []
+    for problem, weights, chars, error_char in (
+        ("p", [0.5, 2.0, 0.5], [0, 10, 20], 12),
+        ("q", [1.5, 0.5], [0, 10], 10),
+    ):
+        for k, (w, c) in enumerate(zip(weights, chars)):
+            rows.append({"arm": "rredcot", "problem": problem, "correct": False, "segment": k,
+                         "first_char": c, "weight": w, "error_char": error_char})
+    for k, w in enumerate([0.5, 1.5]):
+        rows.append({"arm": "rredcot", "problem": "r", "correct": True, "segment": k,
+                     "first_char": 10 * k, "weight": w, "error_char": -1})
+    text = study.weights_markdown(pd.DataFrame(rows))
+    assert "| rredcot | 2 | 1/2 | 0.42 | 0.50–1.75 | 1.50 / 0.50 |" in text

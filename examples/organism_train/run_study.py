@@ -231,10 +231,12 @@ def comparison_markdown(table) -> str:
     return "\n".join(lines) + "\n"
 
 
-def where_the_weight_goes(run: Path, problems, *, chat: bool, arm: str, n: int = 40):
-    """Per-segment weights of `n` sampled held-out completions of the run's final checkpoint,
-    next to the checker's first wrong step. A wrong completion (A < 0) is weighted as the arm
-    weights it; weight = a segment's per-token share of the penalty (1 = plain GRPO)."""
+def where_the_weight_goes(model_dir: Path, cfg: dict, problems, *, chat: bool, arm: str,
+                          n: int = 40):
+    """Per-segment weights of `n` sampled held-out completions of the model in `model_dir`,
+    scored and weighted as the run config `cfg` says, next to the checker's first wrong step.
+    Weight = a segment's per-token advantage over A (1 = plain GRPO), with A > 0 for a correct
+    completion and A < 0 for a wrong one (then the weight is its share of the penalty)."""
     import torch
 
     from cotcredit.organism.checker import check_response
@@ -247,9 +249,8 @@ def where_the_weight_goes(run: Path, problems, *, chat: bool, arm: str, n: int =
     )
     from cotcredit.training.scoring import PolicySegmentRewards
 
-    cfg = yaml.safe_load((run / "config.yaml").read_text())
     rr = cfg.get("rredcot") or {}
-    model, tokenizer = _load(last_checkpoint(run))
+    model, tokenizer = _load(model_dir)
     fn = PolicySegmentRewards(model, tokenizer, segments=rr.get("segments", 8),
                               value=rr.get("value", "rhat"), exit_string=rr.get("exit_string"),
                               terminal_in_weights=rr.get("terminal_in_weights", True))
@@ -290,8 +291,14 @@ def where_the_weight_goes(run: Path, problems, *, chat: bool, arm: str, n: int =
 def weights_markdown(frame) -> str:
     """How often a wrong completion's heaviest-penalised segment holds its first wrong step."""
     lines = ["| arm | wrong completions with a wrong step | heaviest penalty on the first "
-             "wrong step's segment | chance (1 / segments) |", "|---|---|---|---|"]
+             "wrong step's segment | chance (1 / segments) | penalty weights, min–max (mean "
+             "over completions) | correct: last segment's weight / others' |",
+             "|---|---|---|---|---|---|"]
+    frame = frame.assign(last=frame.groupby(["arm", "problem"]).segment.transform("max")
+                         == frame.segment)
     for arm, rows in frame.groupby("arm"):
+        wrong = rows[~rows.correct].groupby("problem").weight
+        right = rows[rows.correct]
         hits, total, chance = 0, 0, 0.0
         for _, c in rows[(~rows.correct) & (rows.error_char >= 0)].groupby("problem"):
             c = c.dropna(subset=["weight"]).sort_values("first_char")
@@ -303,8 +310,35 @@ def weights_markdown(frame) -> str:
             total += 1
             chance += 1 / len(c)
         lines.append(f"| {arm} | {total} | {hits}/{total} | "
-                     f"{chance / total if total else math.nan:.2f} |")
+                     f"{chance / total if total else math.nan:.2f} | "
+                     f"{wrong.min().mean():.2f}–{wrong.max().mean():.2f} | "
+                     f"{right[right['last']].weight.mean():.2f} / "
+                     f"{right[~right['last']].weight.mean():.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def weights_at_start(args, out: Path, held_out: Path) -> None:
+    """Where the weight goes before any training: each rredcot arm's weights on completions of
+    the starting model (seed 0), in weights_start.csv and weights_start.md."""
+    import pandas as pd
+
+    from cotcredit.training.run import _problems
+
+    problems = list(_problems(held_out))
+    base = yaml.safe_load(args.config.read_text())
+    model = Path(args.model) if args.model else ROOT / base["model"]
+    rows = []
+    for arm in [a for a in args.arms if ARMS[a][0] == "rredcot"]:
+        cfg = {**base, "seed": 0, "rredcot": {**base.get("rredcot", {}), **ARMS[arm][1]}}
+        rows += where_the_weight_goes(model, cfg, problems, chat=bool(base.get("chat_template", True)),
+                                      arm=arm, n=args.weights_sample)
+    frame = pd.DataFrame(rows)
+    frame.to_csv(out / "weights_start.csv", index=False)
+    text = (f"Where the weight goes at the starting model ({model.name}), {args.weights_sample} "
+            "held-out problems, one completion each (temperature 1, seed 0):\n\n"
+            + weights_markdown(frame))
+    (out / "weights_start.md").write_text(text)
+    print(text)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -323,6 +357,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--samples", type=int, default=4, help="held-out samples per problem")
     ap.add_argument("--weights-sample", type=int, default=40,
                     help="held-out completions per rredcot arm in weights.csv (0: none)")
+    ap.add_argument("--weights-at-start", action="store_true",
+                    help="only weights_start.csv/.md: the weights of the starting model, no runs")
     args = ap.parse_args(argv)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -330,6 +366,9 @@ def main(argv: list[str] | None = None) -> None:
     if not held_out.is_file():
         lines = args.eval_source.read_text(encoding="utf-8").splitlines(keepends=True)
         held_out.write_text("".join(lines[: args.eval_problems]), encoding="utf-8")
+    if args.weights_at_start:
+        weights_at_start(args, out, held_out)
+        return
     t_start = time.perf_counter()
     runs: dict[str, list[Path]] = {a: [] for a in args.arms}
     plan = [(seed, arm) for seed in args.seeds for arm in args.arms]
@@ -394,8 +433,9 @@ def main(argv: list[str] | None = None) -> None:
         for arm in [a for a in args.arms if ARMS[a][0] == "rredcot"]:
             run = runs[arm][0]
             if last_checkpoint(run) is not None and (run / "config.yaml").is_file():
-                rows += where_the_weight_goes(run, problems, chat=chat, arm=arm,
-                                              n=args.weights_sample)
+                cfg = yaml.safe_load((run / "config.yaml").read_text())
+                rows += where_the_weight_goes(last_checkpoint(run), cfg, problems, chat=chat,
+                                              arm=arm, n=args.weights_sample)
         if rows:
             frame = pd.DataFrame(rows)
             frame.to_csv(out / "weights.csv", index=False)
