@@ -113,19 +113,22 @@ def test_tiny_study_writes_outputs_and_resumes(tmp_path, tiny_model_dir, capsys)
 
 
 def test_weights_markdown_counts_penalties_on_the_first_wrong_step():
-    """Two wrong completions (first error in segment 1 of both; the heaviest penalty on segment
-    1 in one, on segment 0 in the other) and one correct one: 1 hit of 2, chance 1/3 and 1/2."""
+    """Two wrong completions whose first wrong step is line 2: in p segments 1 and 2 start on
+    it and the heaviest penalty is on 1 (a hit, chance 2/3); in q only segment 1 touches it
+    and the heaviest is 0 (a miss, chance 1/2). One correct completion for the last column."""
     study = _study()
     rows = []
-    for problem, weights, chars, error_char in (
-        ("p", [0.5, 2.0, 0.5], [0, 10, 20], 12),
-        ("q", [1.5, 0.5], [0, 10], 10),
+    for problem, weights, chars, lines, error_char in (
+        ("p", [0.5, 2.0, 0.5], [0, 10, 20], [1, 2, 2], 10),
+        ("q", [1.5, 0.5], [0, 10], [1, 2], 10),
     ):
-        for k, (w, c) in enumerate(zip(weights, chars)):
+        for k, (w, c, line) in enumerate(zip(weights, chars, lines)):
             rows.append({"arm": "rredcot", "problem": problem, "correct": False, "segment": k,
-                         "first_char": c, "weight": w, "error_char": error_char})
+                         "first_char": c, "line": line, "weight": w, "error_char": error_char,
+                         "error_line": 2})
     for k, w in enumerate([0.5, 1.5]):
         rows.append({"arm": "rredcot", "problem": "r", "correct": True, "segment": k,
-                     "first_char": 10 * k, "weight": w, "error_char": -1})
+                     "first_char": 10 * k, "line": k + 1, "weight": w, "error_char": -1,
+                     "error_line": 0})
     text = study.weights_markdown(pd.DataFrame(rows))
-    assert "| rredcot | 2 | 1/2 | 0.42 | 0.50–1.75 | 1.50 / 0.50 |" in text
+    assert "| rredcot | 2 | 1/2 | 0.58 | 0.50–1.75 | 1.50 / 0.50 |" in text

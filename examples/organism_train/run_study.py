@@ -284,16 +284,19 @@ def where_the_weight_goes(model_dir: Path, cfg: dict, problems, *, chat: bool, a
                     "weight": float(a[s] / sign) if e > s else math.nan,
                     "reward": rewards[k], "first_error_step": check.first_error_step,
                     "error_char": check.error_char,
+                    "error_line": text[: check.error_char].count("\n") + 1
+                    if check.error_char >= 0 else 0,
                 })
     return rows
 
 
 def weights_markdown(frame) -> str:
-    """How often a wrong completion's heaviest-penalised segment holds its first wrong step."""
+    """How often a wrong completion's heaviest-penalised segment touches its first wrong step:
+    the segment holding the wrong line's first character or one starting on that line (a line
+    can span segments; its wrong result is at its end). Chance: those segments / all."""
     lines = ["| arm | wrong completions with a wrong step | heaviest penalty on the first "
-             "wrong step's segment | chance (1 / segments) | penalty weights, min–max (mean "
-             "over completions) | correct: last segment's weight / others' |",
-             "|---|---|---|---|---|---|"]
+             "wrong step | chance | penalty weights, min–max (mean over completions) | "
+             "correct: last segment's weight / others' |", "|---|---|---|---|---|---|"]
     frame = frame.assign(last=frame.groupby(["arm", "problem"]).segment.transform("max")
                          == frame.segment)
     for arm, rows in frame.groupby("arm"):
@@ -305,10 +308,11 @@ def weights_markdown(frame) -> str:
             if c.empty:
                 continue
             holder = c[c.first_char <= c.error_char.iloc[0]]
-            target = holder.segment.iloc[-1] if len(holder) else c.segment.iloc[0]
-            hits += int(c.loc[c.weight.idxmax(), "segment"] == target)
+            targets = set(c.segment[c.line == c.error_line.iloc[0]])
+            targets.add(holder.segment.iloc[-1] if len(holder) else c.segment.iloc[0])
+            hits += int(c.loc[c.weight.idxmax(), "segment"] in targets)
             total += 1
-            chance += 1 / len(c)
+            chance += len(targets) / len(c)
         lines.append(f"| {arm} | {total} | {hits}/{total} | "
                      f"{chance / total if total else math.nan:.2f} | "
                      f"{wrong.min().mean():.2f}–{wrong.max().mean():.2f} | "
