@@ -134,9 +134,11 @@ def localization(out: Path, labels: pd.DataFrame, seed: int = 0, boot: int = 200
     ids = sorted(hit_segment)
     hits: dict[str, np.ndarray] = {}
     scores = _scores(out)
+    scored: dict[str, np.ndarray] = {}  # per method: which of `ids` it scored
     for method, table in scores.items():
         lowest = table.loc[table.groupby("trace_id").score.idxmin()].set_index("trace_id").segment
         hits[method] = np.array([float(lowest.get(t, -1) == hit_segment[t]) for t in ids])
+        scored[method] = np.array([t in lowest.index for t in ids])
     hits["baseline: random segment"] = np.array([1.0 / n_segments[t] for t in ids])
     counts = Counter(hit_segment[t] for t in ids)
     mode_hits = []
@@ -146,17 +148,22 @@ def localization(out: Path, labels: pd.DataFrame, seed: int = 0, boot: int = 200
         mode_hits.append(float(max(c, key=lambda s: (c[s], -s)) == hit_segment[t]))
     hits["baseline: most frequent position"] = np.array(mode_hits)
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(ids), size=(boot, len(ids))) if ids else np.zeros((boot, 0), int)
     best = max((k for k in hits if k.startswith("baseline")), key=lambda k: hits[k].mean())
     rows = []
     for method, h in hits.items():
-        means = h[idx].mean(axis=1) if ids else np.array([np.nan])
-        diff = (h - hits[best])[idx].mean(axis=1) if ids else np.array([np.nan])
+        # A method that scored only some traces (a run stopped early, MC on a subset) is
+        # compared with the baseline on those traces only, paired.
+        keep = scored.get(method, np.ones(len(ids), bool))
+        h, base = h[keep], hits[best][keep]
+        n = len(h)
+        idx = rng.integers(0, n, size=(boot, n)) if n else np.zeros((boot, 0), int)
+        means = h[idx].mean(axis=1) if n else np.array([np.nan])
+        diff = (h - base)[idx].mean(axis=1) if n else np.array([np.nan])
         rows.append({
-            "method": method, "traces": len(ids), "hit_rate": round(float(h.mean()), 3),
+            "method": method, "traces": n, "hit_rate": round(float(h.mean()), 3),
             "ci_low": round(float(np.quantile(means, 0.025)), 3),
             "ci_high": round(float(np.quantile(means, 0.975)), 3),
-            "minus_best_baseline": round(float((h - hits[best]).mean()), 3),
+            "minus_best_baseline": round(float((h - base).mean()), 3),
             "diff_ci_low": round(float(np.quantile(diff, 0.025)), 3),
             "diff_ci_high": round(float(np.quantile(diff, 0.975)), 3),
         })
@@ -190,6 +197,10 @@ def _scores(out: Path) -> dict[str, pd.DataFrame]:
 def study(out: Path, model: str, args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     log: dict = json.loads((out / "steps.json").read_text()) if (out / "steps.json").exists() else {}
+    if args.report_only:
+        labels = label_traces(out / "raw_traces.jsonl", out / "traces.jsonl")
+        report(out, labels, args, log)
+        return
     lines = PROBLEMS.read_text().splitlines(keepends=True)[: args.traces]
     (out / "problems.jsonl").write_text("".join(lines))
     run(out, "traces", ["generate", "problems.jsonl", "-o", "raw_traces.jsonl", "--samples", "1",
@@ -222,11 +233,16 @@ def study(out: Path, model: str, args) -> None:
     run(out, "Monte Carlo", ["mc-baseline", "traces.jsonl", "-o", "mc.parquet", "--rollouts",
                              str(args.rollouts), "--temperature", "1", "--max-new-tokens", "48",
                              "--save-rollouts", "rollouts.parquet", *mc_subset, *common], log)
+    report(out, labels, args, log)
+
+
+def report(out: Path, labels: pd.DataFrame, args, log: dict) -> None:
+    """Localization table and `cotcredit compare` over the score tables that exist."""
     localization(out, labels, boot=args.bootstrap)
     tables = [t for t in ("rredcot_rhat.parquet", "rredcot.parquet", "rredcot_norm.parquet",
                           "attr.parquet", "mc.parquet") if (out / t).exists()]
     run(out, "report", ["compare", "--scores", *tables, "-o", "report", "--bootstrap",
-                        str(args.bootstrap), "-q"], log)
+                        str(args.bootstrap), "--overwrite", "-q"], log)
 
 
 def main(argv=None) -> None:
@@ -239,6 +255,8 @@ def main(argv=None) -> None:
                     help="Monte Carlo on the first N traces only (default: all)")
     ap.add_argument("--ig-steps", type=int, default=16, help="integrated-gradients steps")
     ap.add_argument("--bootstrap", type=int, default=2000)
+    ap.add_argument("--report-only", action="store_true",
+                    help="only redraw localization and the report from the tables there")
     ap.add_argument("--models", type=Path, default=ROOT / "examples" / "organism",
                     help="folder holding model-full/ and model-early/")
     args = ap.parse_args(argv)
