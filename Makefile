@@ -56,7 +56,7 @@ train-study: install
 train-study-lookup: install
 	HF_HUB_OFFLINE=1 $(PY) examples/train/run_study.py
 
-# The model organism: retrain both checkpoints (about 10-20 minutes each on 2 cores) and say
+# The model organism: retrain both checkpoints (41 minutes on a shared 2-core machine) and say
 # whether they match the checked-in ones in examples/organism/.
 .PHONY: organism organism-study
 organism: install
