@@ -58,6 +58,8 @@ def _cli_type(hint: Any, flag: str) -> tuple[Any, bool]:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
+        if len(inner) > 1 and str in inner:  # e.g. int | str: parsed as text, typed on build
+            return (str | None if type(None) in args else str), False
         base, is_tuple = _cli_type(inner[0], flag)
         return (base | None if not is_tuple else base), is_tuple
     if origin is tuple:

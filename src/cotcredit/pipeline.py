@@ -10,6 +10,7 @@ of the output folders; the main process then compacts them and reports for the w
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -23,7 +24,13 @@ from cotcredit import distributed, io
 from cotcredit.errors import UserError
 from cotcredit.methods import TraceContext, get_method
 from cotcredit.options import check_choices, option
-from cotcredit.segmentation import SegmentOptions, segment_encoded, segmentation_from_rows
+from cotcredit.readers import open_records
+from cotcredit.segmentation import (
+    SegmentOptions,
+    segment_encoded,
+    segmentation_from_rows,
+    step_segmentation,
+)
 from cotcredit.traces import FieldOptions, Trace, TraceError, iter_traces
 from cotcredit.version import __version__
 
@@ -151,16 +158,19 @@ def in_shard(trace_id: str, shard: tuple[int, int] | None) -> bool:
 
 
 def stream_traces(
-    source: str | Path | Sequence[Trace], inputs: InputOptions
+    source: str | Path | Sequence[Trace], inputs: InputOptions, require_answer: bool = True
 ) -> Iterator[Trace | TraceError]:
-    """Traces of a JSONL path (streamed) or a list, in input order; with on_error="skip" the bad
-    lines come as `TraceError`s in their place. The path is checked now, and an empty file is a
-    UserError now (before any output is created). Not yet filtered (see `select`)."""
+    """Traces of an input path (streamed; see `readers`) or a list, in input order; with
+    on_error="skip" the bad records come as `TraceError`s in their place. The input is checked
+    now, and an empty one is a UserError now (before any output is created). Not yet filtered
+    (see `select`). `require_answer=False`: traces without a reference answer are read (a
+    segmentation needs none)."""
     if inputs.max_traces is not None and inputs.max_traces < 0:
         raise UserError(f"--max-traces must be 0 or more, got {inputs.max_traces}")
     if not isinstance(source, (str, Path)):
         return iter(list(source))
-    items = iter_traces(source, inputs.names(), inputs.on_error)
+    items = iter_traces(source, inputs.names(), inputs.on_error, split=inputs.split,
+                        subset=inputs.subset, require_answer=require_answer)
     first = next(items, None)  # raises for an empty file or a bad first line
     return itertools.chain([first] if first is not None else [], items)
 
@@ -241,7 +251,10 @@ def _key_options(obj: Any) -> Any:
 
 
 def segment_columns(ctx: TraceContext, run_id: str) -> list[dict]:
-    """The segmentation columns shared by every table, one dict per segment."""
+    """The segmentation columns shared by every table, one dict per segment. `error_char` is the
+    trace's (the same on each of its rows: where its first error starts in the response, -1
+    none, null unknown)."""
+    error_char = ctx.trace.error_char
     return [
         {
             "run_id": run_id,
@@ -255,17 +268,17 @@ def segment_columns(ctx: TraceContext, run_id: str) -> list[dict]:
             "text": s.text,
             "boundary_entropy": s.boundary_entropy,
             "mean_entropy": s.mean_entropy,
+            "error_char": error_char,
         }
         for s in ctx.segmentation.segments
     ]
 
 
-def _line_count(source: str | Path | Sequence[Trace]) -> int:
-    """Non-blank lines of a traces file (the progress bar's total), without parsing them."""
+def _line_count(source: str | Path | Sequence[Trace], inputs: InputOptions) -> int:
+    """Records of a traces input (the progress bar's total), without parsing them."""
     if not isinstance(source, (str, Path)):
         return len(source)
-    with open(source, "rb") as fh:
-        return sum(1 for line in fh if line.strip())
+    return open_records(source, split=inputs.split, subset=inputs.subset).count()
 
 
 def run_analysis(
@@ -313,7 +326,7 @@ def run_analysis(
         if segments_file
         else _plain(seg_opts)
     )
-    items = stream_traces(traces, inputs)
+    items = stream_traces(traces, inputs, require_answer=bool(specs))
     summary = RunSummary(outputs={k: Path(v) for k, v in (outputs or {}).items()})
     procs = distributed.processes()
     summary.main = procs.main
@@ -374,7 +387,7 @@ def run_analysis(
 
     keep = keep_rows and not writers
     needs_segments = stored is None
-    total = _line_count(traces) if progress and procs.main else 0
+    total = _line_count(traces, inputs) if progress and procs.main else 0
     if inputs.max_traces is not None and inputs.shard is None:
         total = min(total, inputs.max_traces)
     bar = _progress(progress and procs.main, total)
@@ -458,6 +471,20 @@ def _generation_stats(scorer: Scorer) -> tuple[int, int]:
     return (sum(int(g.stats.prompt_tokens) for g in gens), sum(int(g.stats.tokens) for g in gens))
 
 
+def with_rendered_prompt(trace: Trace, scorer: Scorer) -> Trace:
+    """`trace` with its chat turns (`trace.messages`) rendered by the model's chat template into
+    its prompt, which the scorer then uses as it is (it holds the template's markers); without
+    turns or a template the trace is unchanged (its prompt is the turns' plain text)."""
+    if not trace.messages or not scorer.uses_chat_template:
+        return trace
+    turns = list(trace.messages)
+    system = scorer.options.system_prompt
+    if system and not any(t["role"] == "system" for t in turns):
+        turns.insert(0, {"role": "system", "content": system})
+    prompt = scorer.tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    return dataclasses.replace(trace, prompt=prompt)
+
+
 def _score_trace(
     trace, scorer, specs, opts, seg_opts, stored, segments_file, needs_segments,
     summary: RunSummary, timed: bool, rename: Mapping[str, str],
@@ -465,6 +492,7 @@ def _score_trace(
     from cotcredit.tables import check_finite
 
     t0, f0 = time.perf_counter(), _forward_tokens(scorer)
+    trace = with_rendered_prompt(trace, scorer)
     reserve = max([spec.reserve(scorer, trace, opts[n]) for n, spec in specs.items()] or [0])
     enc = scorer.encode(trace, reserve=reserve)
     fwd = scorer.forward(enc.ids, keep_cache=bool(specs), stats_from=enc.prompt_len)
@@ -472,6 +500,8 @@ def _score_trace(
         if trace.id not in stored:
             raise UserError(f"{segments_file}: has no segmentation for trace '{trace.id}'")
         seg = segmentation_from_rows(enc, stored[trace.id], str(segments_file))
+    elif trace.steps is not None or seg_opts.segments == "steps":
+        seg = step_segmentation(enc, fwd.entropies)
     else:
         seg = segment_encoded(enc, fwd.entropies, seg_opts)
     ctx = TraceContext(scorer, enc, fwd, seg)
@@ -499,7 +529,7 @@ def _score_trace(
                     f"method {name} returned {len(per_seg)} rows for {len(base)} segments"
                 )
             rows[lab] = [{**b, "method": lab, **r, **cost} for b, r in zip(base, per_seg)]
-    for note in [*ctx.notes, *scorer.notes]:
+    for note in [*trace.notes, *ctx.notes, *scorer.notes]:
         if note not in summary.notes:
             summary.notes.append(note)
     fwd.cache = None
