@@ -61,7 +61,8 @@ def test_redistribute_reuses_segmentation(tiny_model_dir, traces_file, tmp_path,
 @pytest.mark.parametrize(
     "lines, argv, message",
     [
-        (['{"prompt": "Q", "response": "R\\nAnswer: 1"}'], [], "traces.jsonl:1: missing reference answer (tried answer, reference_answer, gt_answer)"),
+        # (segment needs no reference answer: a missing one is refused by the scoring commands)
+        (['{"prompt": "Q", "answer": "1"}'], [], "traces.jsonl:1: missing response (tried response, completion, generation, output, generations, messages, conversations, steps)"),
         (["{oops"], [], "traces.jsonl:1: invalid JSON"),
         ([], ["--segments", "0"], "--segments must be at least 1"),
         ([], ["--merge", "x"], "--merge must be one of pair, boundary"),

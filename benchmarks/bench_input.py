@@ -1,0 +1,105 @@
+"""Input at scale: does reading a Parquet input of 1M traces stream, or does it sit in memory?
+
+Protocol (written before running): for each size (default 10,000 and 1,000,000 rows) write a
+Parquet file of synthetic traces of realistic width (prompt ~120 characters, a response of six
+reasoning lines and a boxed answer, ~350 characters, answer, outcome, id; row groups of 64k
+rows), then, in a fresh process, read it through `traces.iter_traces` — the stream every command
+reads — counting the traces and checking the last id. Prints per size: rows, file bytes,
+seconds, traces per second, and the reading process's peak memory (max RSS) above its memory
+after imports. Goal: the peak is flat (at most 1.5x from 10k to 1M rows); a reader that held the
+input whole would grow ~100x.
+
+    python benchmarks/bench_input.py                      # 10k and 1M rows (about a minute+)
+    python benchmarks/bench_input.py --rows 10000 100000  # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+CHUNK = 65536
+
+
+def write_input(path: Path, rows: int) -> None:
+    """`rows` synthetic traces, written chunk by chunk (the writer never holds them all)."""
+    writer = None
+    for start in range(0, rows, CHUNK):
+        n = min(CHUNK, rows - start)
+        ids = [f"t{start + i}" for i in range(n)]
+        a = [(start + i) % 97 for i in range(n)]
+        prompts = [f"A shop sells {x} apples on Monday and {x + 3} on Tuesday. How many apples "
+                   "did it sell on the two days together?" for x in a]
+        responses = [
+            f"Let me think step by step.\nOn Monday the shop sold {x} apples.\nOn Tuesday it "
+            f"sold {x + 3} apples.\nWait, check the question again: both days.\nSo {x} + "
+            f"{x + 3} = {2 * x + 3}.\nTherefore the total is {2 * x + 3}.\n"
+            f"The final answer is $\\boxed{{{2 * x + 3}}}$."
+            for x in a
+        ]
+        table = pa.table({"id": ids, "prompt": prompts, "response": responses,
+                          "answer": [str(2 * x + 3) for x in a],
+                          "correct": [i % 3 != 0 for i in range(n)]})
+        if writer is None:
+            writer = pq.ParquetWriter(path, table.schema)
+        writer.write_table(table, row_group_size=CHUNK)
+    writer.close()
+
+
+def read_child(path: str) -> None:
+    """In a fresh process: stream the file, print what was read and the memory it took."""
+    from cotcredit.traces import iter_traces
+
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    n, last = 0, None
+    for trace in iter_traces(path):
+        n += 1
+        last = trace.id
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"traces": n, "last": last, "seconds": seconds,
+                      "base_mb": base / 1024, "peak_mb": peak / 1024}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, nargs="+", default=[10_000, 1_000_000])
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        read_child(args.child)
+        return
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for rows in args.rows:
+            path = Path(tmp) / f"traces-{rows}.parquet"
+            write_input(path, rows)
+            out = subprocess.run([sys.executable, __file__, "--child", str(path)],
+                                 capture_output=True, text=True, check=True)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            assert r["traces"] == rows and r["last"] == f"t{rows - 1}", r
+            r.update(rows=rows, bytes=path.stat().st_size)
+            results.append(r)
+            path.unlink()
+            print(f"{rows:>9,} rows  {r['bytes'] / 1e6:7.1f} MB on disk  {r['seconds']:7.1f} s  "
+                  f"{rows / r['seconds']:8,.0f} traces/s  peak {r['peak_mb']:6.1f} MB "
+                  f"({r['peak_mb'] - r['base_mb']:5.1f} MB above {r['base_mb']:.1f} MB after "
+                  "imports)", flush=True)
+    first, last = results[0], results[-1]
+    grow = (last["peak_mb"] - last["base_mb"]) / max(first["peak_mb"] - first["base_mb"], 1.0)
+    print(f"peak memory above imports, {first['rows']:,} -> {last['rows']:,} rows: x{grow:.2f} "
+          f"(whole peak {first['peak_mb']:.1f} -> {last['peak_mb']:.1f} MB)")
+
+
+if __name__ == "__main__":
+    main()
