@@ -213,8 +213,6 @@ def test_save_to_disk_parquet_and_gzip_inputs(tmp_path, scorer):
     ({**PB_ROWS[0], "steps": []}, "field 'steps' must be a non-empty list of steps"),
     ({"problem": PROBLEM, "answer": "7", "messages": [{"role": "user", "content": PROBLEM}]},
      "field 'messages' has no assistant turn"),
-    ({"question": "Q", "answer": "line one\nline two", "response": GOOD},
-     "field 'answer' looks like a worked solution"),
 ])
 def test_bad_records(tmp_path, capsys, tiny_model_dir, row, message):
     p = write_jsonl(tmp_path / "bad.jsonl", [PB_ROWS[1], row])
@@ -285,3 +283,16 @@ def test_processbench_through_compare(tmp_path, capsys, tiny_model_dir):
         assert set(pb0.error_char) == {len(PB_ROWS[0]["steps"][0] + STEP_SEPARATOR)}
         assert set(df[df.trace_id == "pb-1"].error_char) == {-1}
     assert (out / "report.html").exists()
+
+
+def test_answer_of_several_lines_without_a_marker_is_kept_with_a_note(tmp_path):
+    p = write_jsonl(tmp_path / "t.jsonl", [{"question": "Q", "answer": "x = 1\ny = 2",
+                                            "response": GOOD}])
+    (t,) = read_traces(p).traces
+    assert t.answer == "x = 1\ny = 2" and any("used whole" in n for n in t.notes)
+
+
+def test_a_folder_without_data_is_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="empty: is a directory with no data files"):
+        read_traces(tmp_path / "empty")

@@ -62,6 +62,7 @@ class InputOptions(FieldOptions):
 
     def validate(self) -> InputOptions:
         check_choices(self)
+        self.names()  # an unknown --format
         self.shard_slice()
         if self.max_traces is not None and self.max_traces < 0:
             raise UserError(f"--max-traces must be 0 or more, got {self.max_traces}")

@@ -185,7 +185,8 @@ def _saved_dataset(path: Path, split: str | None) -> Records:
     return Records(name, "arrow", path, dataset=ds)
 
 
-def _hub_dataset(ident: str, split: str | None, subset: str | None) -> Records:
+def _hub_dataset(ident: str, split: str | None, subset: str | None, folder: bool = False
+                 ) -> Records:
     import datasets
 
     _quiet_datasets()
@@ -194,16 +195,24 @@ def _hub_dataset(ident: str, split: str | None, subset: str | None) -> Records:
         ds = datasets.load_dataset(ident, subset, split=split)
     except ValueError as e:  # unknown split or configuration: datasets lists the known ones
         text = _first_line(e)
-        if "split" in text.lower():
+        if "unknown split" in text.lower():
             raise UserError(f"{name}: no split '{split}' ({text}); choose one with --split") from None
+        if folder:
+            raise UserError(f"{ident}: is a directory that datasets cannot read as a dataset "
+                            f"({text})") from None
         raise UserError(f"{name}: {text}; choose one with --subset") from None
     except (ConnectionError, FileNotFoundError, OSError) as e:
+        if folder:
+            raise UserError(f"{ident}: is a directory that datasets cannot read as a dataset "
+                            f"({_first_line(e)})") from None
         raise UserError(
             f"{ident}: no such file, folder or dataset in the local Hugging Face cache "
             f"({_first_line(e)})"
         ) from None
     except Exception as e:  # noqa: BLE001  (datasets raises many kinds for a bad id)
-        raise UserError(f"{ident}: cannot load the dataset ({_first_line(e)})") from None
+        what = "is a directory that datasets cannot read as a dataset" if folder else (
+            "cannot load the dataset")
+        raise UserError(f"{ident}: {what} ({_first_line(e)})") from None
     if isinstance(ds, datasets.DatasetDict):
         ds, name = _pick_split(ds, name, split)
     else:
@@ -215,6 +224,18 @@ def _is_saved_dataset(path: Path) -> bool:
     return (path / "dataset_info.json").exists() and (path / "state.json").exists() or (
         path / "dataset_dict.json"
     ).exists()
+
+
+_DATA_SUFFIXES = (".jsonl", ".json", ".gz", ".csv", ".tsv", ".arrow", ".txt", ".zst", ".py")
+
+
+def _has_data_files(folder: Path) -> bool:
+    """Whether `load_dataset` could find data in `folder` (a file with a data suffix)."""
+    for _root, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        if any(n.endswith(_DATA_SUFFIXES) and not n.startswith(".") for n in names):
+            return True
+    return False
 
 
 def parquet_files(folder: Path) -> list[Path]:
@@ -245,7 +266,11 @@ def open_records(
         files = parquet_files(p)
         if files:
             return Records(str(p), "parquet", p, files=tuple(files))
-        return _hub_dataset(str(p), split, subset)  # a folder of data files (a dataset repo)
+        if not _has_data_files(p):
+            raise UserError(f"{p}: is a directory with no data files (expected a JSONL, JSON or "
+                            "Parquet file, a folder of Parquet files, a save_to_disk folder, or "
+                            "a dataset folder)")
+        return _hub_dataset(str(p), split, subset, folder=True)  # data files (a dataset repo)
     try:
         open(p, "rb").close()
     except OSError as e:

@@ -539,13 +539,13 @@ def parse_record(
     answer = text("answer", False, aval, akey)
     if answer is not None and _looks_worked(answer):
         found = final_answer(answer)
-        if found is None:
-            raise TraceError(src, line, f"field '{akey}' looks like a worked solution (several "
-                             "lines) with no \\boxed{} or #### final answer: give the final "
-                             "answer, or name the answer field with --answer-field")
-        answer = found[0]
-        notes.append(f"reference answers: field '{akey}' holds a worked solution; its final "
-                     f"answer (after its last {found[1]}) is used")
+        if found is None:  # several lines but no final-answer marker: kept, and said
+            notes.append(f"reference answers: field '{akey}' has several lines and no \\boxed{{}} "
+                         "or #### final answer; used whole as Y*")
+        else:
+            answer = found[0]
+            notes.append(f"reference answers: field '{akey}' holds a worked solution; its final "
+                         f"answer (after its last {found[1]}) is used")
     if answer is None:
         for key in names.answer_from:
             value = get_path(obj, key)
