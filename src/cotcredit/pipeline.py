@@ -31,7 +31,7 @@ from cotcredit.segmentation import (
     segmentation_from_rows,
     step_segmentation,
 )
-from cotcredit.traces import FieldOptions, Trace, TraceError, iter_traces
+from cotcredit.traces import FieldNames, FieldOptions, Trace, TraceError, iter_traces
 from cotcredit.version import __version__
 
 if TYPE_CHECKING:  # pyarrow and the model stack load with the run (keeps `--help` fast)
@@ -251,6 +251,26 @@ def _key_options(obj: Any) -> Any:
     return plain
 
 
+# The aliases of the six groups tables were keyed by before chat turns, generation lists and steps
+# were read; with those defaults the recorded fields stay as they were, so runs keep their keys.
+_KEYED_BEFORE = {"response": ("response", "completion", "generation", "output"),
+                 "outcome": ("correct", "reward")}
+
+
+def fields_spec(names: FieldNames) -> dict:
+    """The field names as recorded in a table's metadata and run key: every group that differs
+    from its default, and the six original groups always (a default written as it was before
+    the later groups existed), so an unchanged reading keeps an unchanged run key."""
+    default = FieldNames()
+    out = {}
+    for key, value in _plain(names).items():
+        if key in ("prompt", "response", "answer", "solution", "outcome", "id"):
+            out[key] = _KEYED_BEFORE.get(key, value) if value == getattr(default, key) else value
+        elif value != getattr(default, key):
+            out[key] = value
+    return out
+
+
 def segment_columns(ctx: TraceContext, run_id: str) -> list[dict]:
     """The segmentation columns shared by every table, one dict per segment. `error_char` is the
     trace's (the same on each of its rows: where its first error starts in the response, -1
@@ -352,7 +372,7 @@ def run_analysis(
     base_spec = {
         "model": scorer.describe(),
         "segmentation": seg_source,
-        "fields": _plain(inputs.names()),
+        "fields": fields_spec(inputs.names()),
     }
     writers: dict[Path, TableWriter] = {}
     for path, labs in by_path.items():
