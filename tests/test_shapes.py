@@ -296,3 +296,19 @@ def test_a_folder_without_data_is_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="empty: is a directory with no data files"):
         read_traces(tmp_path / "empty")
+
+
+def test_default_reading_keeps_the_run_key_fields():
+    """Tables keyed before chat turns, generation lists and steps were read keep their run key
+    when read the default way; a preset is a different reading (a different key)."""
+    from cotcredit.pipeline import fields_spec
+    from cotcredit.traces import FieldNames
+
+    assert fields_spec(FieldNames()) == {
+        "prompt": ("prompt", "question", "problem"),
+        "response": ("response", "completion", "generation", "output"),
+        "answer": ("answer", "reference_answer", "gt_answer"),
+        "solution": ("solution", "reference_solution"),
+        "outcome": ("correct", "reward"), "id": ("id",)}
+    assert fields_spec(InputOptions(preset="processbench").names())["outcome"] == (
+        "final_answer_correct",)
