@@ -4,10 +4,12 @@ Protocol (written before running): for each size (default 10,000 and 1,000,000 r
 Parquet file of synthetic traces of realistic width (prompt ~120 characters, a response of six
 reasoning lines and a boxed answer, ~350 characters, answer, outcome, id; row groups of 64k
 rows), then, in a fresh process, read it through `traces.iter_traces` — the stream every command
-reads — counting the traces and checking the last id. Prints per size: rows, file bytes,
-seconds, traces per second, and the reading process's peak memory (max RSS) above its memory
-after imports. Goal: the peak is flat (at most 1.5x from 10k to 1M rows); a reader that held the
-input whole would grow ~100x.
+reads — counting the traces and checking the last id; and, in another fresh process, through
+`readers.open_records` alone (the records, no parsing). Prints per size and mode: rows, file
+bytes, seconds, records per second, and the process's peak memory (max RSS) above its memory
+after imports. Goal: the reader's peak is flat from 10k to 1M rows (a reader holding the input
+whole would grow ~100x); the traces' peak may grow only by the index of ids read (duplicate ids
+are an error), 12 bytes a trace plus the merge's copy.
 
     python benchmarks/bench_input.py                      # 10k and 1M rows (about a minute+)
     python benchmarks/bench_input.py --rows 10000 100000  # quick
@@ -55,16 +57,22 @@ def write_input(path: Path, rows: int) -> None:
     writer.close()
 
 
-def read_child(path: str) -> None:
+def read_child(path: str, what: str) -> None:
     """In a fresh process: stream the file, print what was read and the memory it took."""
+    from cotcredit.readers import open_records
     from cotcredit.traces import iter_traces
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     n, last = 0, None
-    for trace in iter_traces(path):
-        n += 1
-        last = trace.id
+    if what == "records":  # the reader alone
+        for _, obj, _ in open_records(path):
+            n += 1
+            last = obj["id"]
+    else:  # traces: parsing, and the index of ids read (duplicates are an error)
+        for trace in iter_traces(path):
+            n += 1
+            last = trace.id
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"traces": n, "last": last, "seconds": seconds,
@@ -74,31 +82,35 @@ def read_child(path: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[10_000, 1_000_000])
-    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        read_child(args.child)
+        read_child(*args.child)
         return
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for rows in args.rows:
             path = Path(tmp) / f"traces-{rows}.parquet"
             write_input(path, rows)
-            out = subprocess.run([sys.executable, __file__, "--child", str(path)],
-                                 capture_output=True, text=True, check=True)
-            r = json.loads(out.stdout.strip().splitlines()[-1])
-            assert r["traces"] == rows and r["last"] == f"t{rows - 1}", r
-            r.update(rows=rows, bytes=path.stat().st_size)
-            results.append(r)
+            for what in ("records", "traces"):
+                out = subprocess.run([sys.executable, __file__, "--child", str(path), what],
+                                     capture_output=True, text=True, check=True)
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                assert r["traces"] == rows and r["last"] == f"t{rows - 1}", r
+                r.update(rows=rows, bytes=path.stat().st_size, what=what)
+                results.append(r)
+                print(f"{what:>7} {rows:>9,} rows  {r['bytes'] / 1e6:6.1f} MB on disk  "
+                      f"{r['seconds']:6.1f} s  {rows / r['seconds']:8,.0f}/s  peak "
+                      f"{r['peak_mb']:6.1f} MB ({r['peak_mb'] - r['base_mb']:5.1f} MB above "
+                      f"{r['base_mb']:.1f} MB after imports)", flush=True)
             path.unlink()
-            print(f"{rows:>9,} rows  {r['bytes'] / 1e6:7.1f} MB on disk  {r['seconds']:7.1f} s  "
-                  f"{rows / r['seconds']:8,.0f} traces/s  peak {r['peak_mb']:6.1f} MB "
-                  f"({r['peak_mb'] - r['base_mb']:5.1f} MB above {r['base_mb']:.1f} MB after "
-                  "imports)", flush=True)
-    first, last = results[0], results[-1]
-    grow = (last["peak_mb"] - last["base_mb"]) / max(first["peak_mb"] - first["base_mb"], 1.0)
-    print(f"peak memory above imports, {first['rows']:,} -> {last['rows']:,} rows: x{grow:.2f} "
-          f"(whole peak {first['peak_mb']:.1f} -> {last['peak_mb']:.1f} MB)")
+    for what in ("records", "traces"):
+        rs = [r for r in results if r["what"] == what]
+        first, last = rs[0], rs[-1]
+        above = [r["peak_mb"] - r["base_mb"] for r in (first, last)]
+        print(f"{what}: peak memory above imports {above[0]:.1f} MB at {first['rows']:,} rows, "
+              f"{above[1]:.1f} MB at {last['rows']:,} (whole peak {first['peak_mb']:.1f} -> "
+              f"{last['peak_mb']:.1f} MB)")
 
 
 if __name__ == "__main__":
