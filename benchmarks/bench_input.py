@@ -1,18 +1,19 @@
 """Input at scale: does reading a Parquet input of 1M traces stream, or does it sit in memory?
 
-Protocol (written before running): for each size (default 10,000 and 1,000,000 rows) write a
+Protocol (written before running): for each size (default 10,000, 100,000 and 1,000,000 rows) write a
 Parquet file of synthetic traces of realistic width (prompt ~120 characters, a response of six
 reasoning lines and a boxed answer, ~350 characters, answer, outcome, id; row groups of 64k
 rows), then, in a fresh process, read it through `traces.iter_traces` — the stream every command
 reads — counting the traces and checking the last id; and, in another fresh process, through
 `readers.open_records` alone (the records, no parsing). Prints per size and mode: rows, file
-bytes, seconds, records per second, and the process's peak memory (max RSS) above its memory
+bytes, seconds, records per second, and the process's peak memory (VmHWM) above its peak
 after imports. Goal: the reader's peak is flat from 10k to 1M rows (a reader holding the input
 whole would grow ~100x); the traces' peak may grow only by the index of ids read (duplicate ids
 are an error), 12 bytes a trace plus the merge's copy.
 
-    python benchmarks/bench_input.py                      # 10k and 1M rows (about a minute+)
+    python benchmarks/bench_input.py                      # 10k, 100k and 1M rows (minutes)
     python benchmarks/bench_input.py --rows 10000 100000  # quick
+    python benchmarks/bench_input.py --rows 1000000 --row-group 1000000   # one 1M-row group
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ import pyarrow.parquet as pq
 CHUNK = 65536
 
 
-def write_input(path: Path, rows: int) -> None:
-    """`rows` synthetic traces, written chunk by chunk (the writer never holds them all)."""
+def write_input(path: Path, rows: int, row_group: int = CHUNK) -> None:
+    """`rows` synthetic traces, written chunk by chunk (the writer never holds them all), in
+    row groups of `row_group` rows."""
     writer = None
     for start in range(0, rows, CHUNK):
         n = min(CHUNK, rows - start)
@@ -53,8 +55,18 @@ def write_input(path: Path, rows: int) -> None:
                           "correct": [i % 3 != 0 for i in range(n)]})
         if writer is None:
             writer = pq.ParquetWriter(path, table.schema)
-        writer.write_table(table, row_group_size=CHUNK)
+        writer.write_table(table, row_group_size=row_group)
     writer.close()
+
+
+def high_water_mb() -> float:
+    """This process's peak resident memory (VmHWM): unlike getrusage's ru_maxrss, it is not
+    carried over from the parent across fork and exec."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def read_child(path: str, what: str) -> None:
@@ -62,7 +74,7 @@ def read_child(path: str, what: str) -> None:
     from cotcredit.readers import open_records
     from cotcredit.traces import iter_traces
 
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base = high_water_mb()
     t0 = time.perf_counter()
     n, last = 0, None
     if what == "records":  # the reader alone
@@ -74,14 +86,16 @@ def read_child(path: str, what: str) -> None:
             n += 1
             last = trace.id
     seconds = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = high_water_mb()
     print(json.dumps({"traces": n, "last": last, "seconds": seconds,
-                      "base_mb": base / 1024, "peak_mb": peak / 1024}))
+                      "base_mb": base, "peak_mb": peak}))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, nargs="+", default=[10_000, 1_000_000])
+    ap.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--row-group", type=int, default=CHUNK,
+                    help="rows per row group of the written files (pandas' default: 1M)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -91,7 +105,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for rows in args.rows:
             path = Path(tmp) / f"traces-{rows}.parquet"
-            write_input(path, rows)
+            write_input(path, rows, args.row_group)
             for what in ("records", "traces"):
                 out = subprocess.run([sys.executable, __file__, "--child", str(path), what],
                                      capture_output=True, text=True, check=True)

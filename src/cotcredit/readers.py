@@ -131,7 +131,8 @@ def _parquet(files: tuple[Path, ...], name: str) -> Iterator[Item]:
     n = 0
     for f in files:
         try:
-            pf = pq.ParquetFile(f)
+            # Buffered column reads without pre-buffering: a row group is not read whole first.
+            pf = pq.ParquetFile(f, buffer_size=1 << 20, pre_buffer=False)
             for batch in pf.iter_batches(batch_size=BATCH_ROWS):
                 for obj in batch.to_pylist():
                     n += 1
