@@ -232,7 +232,8 @@ def check_inputs(
             o.validate()
     if segments_file is not None:
         io.check_exists(Path(segments_file))
-    items = stream_traces(traces, inputs)  # the file exists, is not empty, its first line reads
+    # The input exists, is not empty, its first record reads (segmenting needs no answer).
+    items = stream_traces(traces, inputs, require_answer=bool(methods))
     if inputs.on_error == "raise" and isinstance(traces, (str, Path)):
         for _ in select(items, inputs):
             pass
