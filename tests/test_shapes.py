@@ -261,7 +261,7 @@ def test_missing_dataset_and_split_exit_2(tmp_path, capsys, tiny_model_dir):
 def test_unknown_format_and_segments_value(tmp_path, capsys, tiny_model_dir):
     p = write_jsonl(tmp_path / "pb.jsonl", PB_ROWS)
     code, _, err = run_cli(["segment", p, "--format", "nope", "--model", tiny_model_dir], capsys)
-    assert code == 2 and "--format: unknown format 'nope'" in err
+    assert code == 2 and "--format must be one of processbench, prm800k" in err
     code, _, err = run_cli(["segment", p, "--segments", "many", "--model", tiny_model_dir], capsys)
     assert code == 2 and "--segments must be a number or 'steps'" in err
     flat = write_jsonl(tmp_path / "flat.jsonl", [{"prompt": PROBLEM, "response": GOOD}])

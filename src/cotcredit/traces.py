@@ -104,7 +104,7 @@ class FieldOptions:
     """Which keys hold each part of a trace (or problem), and which split of a dataset."""
 
     preset: str | None = option(
-        None, flag="--format", help="Field mapping of a public dataset: " + ", ".join(FORMATS) + ".",
+        None, flag="--format", choices=tuple(FORMATS), help="Field mapping of a public dataset: " + ", ".join(FORMATS) + ".",
     )
     prompt_field: str | None = option(None, help="Key (or dotted path) of the prompt.")
     response_field: str | None = option(
@@ -639,11 +639,7 @@ class SeenIds:
     MERGE = 1 << 16
 
     def __init__(self) -> None:
-        import numpy as np
-
-        self._np = np
-        self.keys = np.empty(0, np.int64)
-        self.lines = np.empty(0, np.int32)
+        self.keys = self.lines = None  # numpy arrays from the first merge (small inputs: none)
         self.new: dict[int, int] = {}
 
     def line_of(self, tid: str) -> int | None:
@@ -651,13 +647,18 @@ class SeenIds:
         h = hash(tid)
         if h in self.new:
             return self.new[h]
-        i = int(self._np.searchsorted(self.keys, h))
+        if self.keys is None:
+            return None
+        i = int(self.keys.searchsorted(h))
         return int(self.lines[i]) if i < len(self.keys) and self.keys[i] == h else None
 
     def add(self, tid: str, line: int) -> None:
         self.new.setdefault(hash(tid), line)
         if len(self.new) >= self.MERGE:
-            np = self._np
+            import numpy as np
+
+            if self.keys is None:
+                self.keys, self.lines = np.empty(0, np.int64), np.empty(0, np.int32)
             keys = np.fromiter(self.new.keys(), np.int64, len(self.new))
             lines = np.fromiter(self.new.values(), np.int32, len(self.new))
             order = np.argsort(keys)
