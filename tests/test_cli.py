@@ -61,7 +61,8 @@ def test_redistribute_reuses_segmentation(tiny_model_dir, traces_file, tmp_path,
 @pytest.mark.parametrize(
     "lines, argv, message",
     [
-        (['{"prompt": "Q", "response": "R\\nAnswer: 1"}'], [], "traces.jsonl:1: missing reference answer (tried answer, reference_answer, gt_answer)"),
+        # (segment needs no reference answer: a missing one is refused by the scoring commands)
+        (['{"prompt": "Q", "answer": "1"}'], [], "traces.jsonl:1: missing response (tried response, completion, generation, output, generations, messages, conversations, steps)"),
         (["{oops"], [], "traces.jsonl:1: invalid JSON"),
         ([], ["--segments", "0"], "--segments must be at least 1"),
         ([], ["--merge", "x"], "--merge must be one of pair, boundary"),
@@ -216,7 +217,11 @@ def test_help_shows_the_choices_of_every_option_that_has_them(capsys):
 
     classes = [InputOptions, ModelOptions, SegmentOptions, ReportOptions, ExportOptions,
                GenerateOptions, ProblemInputOptions, *(s.options_type for s in registry().values())]
-    choices = {p.flag: p.choices for cls in classes for p in params_of(cls) if p.choices}
+    choices: dict[str, list] = {}  # flag -> the choices of each class declaring it
+    for cls in classes:
+        for p in params_of(cls):
+            if p.choices and p.choices not in choices.get(p.flag, []):
+                choices.setdefault(p.flag, []).append(p.choices)
     assert {"--merge", "--dtype", "--on-error", "--truncated", "--format"} <= set(choices)
     checked = 0
     for name, command in typer.main.get_group(app).commands.items():
@@ -226,7 +231,7 @@ def test_help_shows_the_choices_of_every_option_that_has_them(capsys):
         for param in command.params:
             flag = next((o for o in param.opts if o in choices), None)
             if flag:
-                assert f"{flag} {'|'.join(choices[flag])}" in help_text, (name, flag)
+                assert any(f"{flag} {'|'.join(c)}" in help_text for c in choices[flag]), (name, flag)
                 checked += 1
     assert checked >= 20
     code, stdout, _ = run_cli(["segment", "--help"], capsys)
@@ -236,7 +241,7 @@ def test_help_shows_the_choices_of_every_option_that_has_them(capsys):
 BAD_THIRD_LINE = [
     {"id": "a", "prompt": "Q?", "response": "Think.\nAnswer: 1", "answer": "1"},
     {"id": "b", "prompt": "Q?", "response": "Think.\nAnswer: 2", "answer": "2"},
-    {"id": "c", "prompt": "Q?", "response": "Think.\nAnswer: 3"},  # no reference answer
+    {"id": "c", "prompt": "Q?"},  # no response (traces) and no reference answer (problems)
 ]
 
 
@@ -262,7 +267,8 @@ def test_a_bad_input_line_costs_no_model_load(tmp_path, capsys, monkeypatch, arg
     argv = [{"F": f, "CONFIG": tmp_path / "c.yaml"}.get(a, a) for a in argv]
     code, _, err = run(argv, capsys)
     assert code == 2, err
-    assert "in.jsonl:3:" in err and "answer" in err and "Traceback" not in err
+    assert "in.jsonl:3:" in err and ("answer" in err or "response" in err)
+    assert "Traceback" not in err
     assert not list(tmp_path.glob("*.parquet")) and not (tmp_path / "report").exists()
 
 
@@ -311,7 +317,7 @@ def test_help_and_early_errors_load_no_model_stack(tmp_path):
     from cotcredit.cli import app
 
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"prompt": "Q", "response": "R\\nAnswer: 1"}\n')
+    bad.write_text('{"prompt": "Q", "answer": "1"}\n')  # no response (segment needs no answer)
     good = tmp_path / "good.jsonl"
     good.write_text(json.dumps({"prompt": "Q?", "response": "Think.\nAnswer: 1", "answer": "1"}) + "\n")
     commands = list(typer.main.get_group(app).commands)
@@ -325,7 +331,7 @@ def test_help_and_early_errors_load_no_model_stack(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert lines[-2] == f"CODES {[0] * (1 + len(commands)) + [2, 2]}", proc.stderr
     assert lines[-1] == "LOADED []", proc.stderr
-    assert "bad.jsonl:1: missing reference answer" in proc.stderr
+    assert "bad.jsonl:1: missing response" in proc.stderr
     assert "--model: no such folder or file: ./no/such/model" in proc.stderr
     assert len(commands) >= 9 and "Usage: " in proc.stdout
 

@@ -93,3 +93,15 @@ def test_crlf_and_unicode(tmp_path):
     p.write_bytes((good(response=resp) + "\r\n").encode())
     t = read_traces(p).traces[0]
     assert t.response == resp and t.reasoning.startswith("Wait")
+
+
+def test_seen_ids_find_duplicates_across_merges():
+    from cotcredit.traces import SeenIds
+
+    seen = SeenIds()
+    seen.MERGE = 5  # merge into the sorted arrays every 5 ids
+    for i in range(23):
+        assert seen.line_of(f"id{i}") is None
+        seen.add(f"id{i}", i + 1)
+    assert [seen.line_of(f"id{i}") for i in range(23)] == list(range(1, 24))
+    assert seen.line_of("id23") is None and len(seen.keys) == 20

@@ -173,3 +173,20 @@ def test_extra_options_are_checked_against_grpo_config(tmp_path):
     assert message == "grpo.extra.beta: set it as 'grpo.beta' instead"
     message = error_of(tmp_path, MINIMAL + "grpo:\n  extra: {seed: 3}\n")
     assert message == "grpo.extra.seed: set it as 'seed' instead"
+
+
+def test_data_files_are_read_like_analysis_inputs(tmp_path):
+    """train_file may be Parquet (or any reader input) with a --format preset and a split; a
+    dataset id that is no path next to the config is kept as written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cotcredit.training.run import _problems
+
+    rows = [{"question": "Two plus two?", "answer": "2 + 2 = 4.\n#### 4"}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "gsm8k.parquet")
+    cfg = load_config(write(tmp_path, "train_file: gsm8k.parquet\ndata_format: gsm8k\n"
+                                      "eval_file: openai/gsm8k\neval_split: test\noutput_dir: o\n"))
+    assert cfg.train_file == tmp_path / "gsm8k.parquet" and cfg.eval_file == Path("openai/gsm8k")
+    (p,) = _problems(cfg.train_file, cfg, cfg.train_split)
+    assert (p.prompt, p.answer, p.solution) == ("Two plus two?", "4", rows[0]["answer"])

@@ -12,7 +12,10 @@ output tables; `.frame()` reads the rows)::
     df = run.frame()                      # the same as pd.read_parquet("rredcot.parquet")
     report = cotcredit.compare(methods="rredcot,mc,loo")   # the tables in the folder
 
-Without an output path an analysis keeps its rows in memory (`frame()` still works).
+Without an output path an analysis keeps its rows in memory (`frame()` still works). `traces`
+is any input the commands read (JSONL, gzip, JSON, Parquet, a `datasets` folder or id; see
+`readers`) or a list of `Trace`s; `inputs=InputOptions(preset="processbench", split="test")`
+says how to read it, as the command's flags do.
 """
 
 from __future__ import annotations

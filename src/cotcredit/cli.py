@@ -56,7 +56,9 @@ def _fit_consoles() -> None:
             console.width = PIPED_WIDTH
 
 # ---- what every analysis command takes besides its options classes --------------------------
-Traces = Annotated[Path, typer.Argument(help="JSONL file of traces (one JSON object per line).")]
+Traces = Annotated[Path, typer.Argument(
+    help="Traces: JSONL (.jsonl, .jsonl.gz), JSON list, Parquet file or folder, a datasets "
+    "folder (save_to_disk), or a Hugging Face dataset id (with --split/--subset).")]
 SegmentsFile = Annotated[
     Path | None,
     typer.Option(help="Reuse a segmentation written by `cotcredit segment` instead of segmenting."),
@@ -366,7 +368,8 @@ def compare(
 # ---- other commands -------------------------------------------------------------------------
 @app.command()
 @with_options(fields=FieldOptions, options=ExportOptions,
-              exclude=("solution_field", "outcome_field"))
+              exclude=("solution_field", "outcome_field", "preset", "messages_field",
+                       "steps_field", "label_field", "error_field"))
 def export(
     scores: Annotated[Path, typer.Argument(help="Score table (Parquet file or table folder).")],
     output: _output("prm.jsonl", "JSON Lines file to write.") = Path("prm.jsonl"),
@@ -412,11 +415,13 @@ def merge_cmd(
 
 @app.command()
 @with_options(model=ModelOptions, inputs=ProblemInputOptions, options=GenerateOptions,
-              exclude=("truncate", "response_field", "outcome_field"))
+              exclude=("truncate", "response_field", "outcome_field", "messages_field",
+                       "steps_field", "label_field", "error_field"))
 def generate(
     problems: Annotated[
         Path,
-        typer.Argument(help="JSONL file of problems: prompt and reference answer (+ solution, id)."),
+        typer.Argument(help="Problems (prompt and reference answer, + solution, id): any input "
+                       "the analysis commands read (JSONL, Parquet, a datasets folder or id)."),
     ],
     output: _output("traces.jsonl", "JSONL file of traces to append to (resumed if it exists).")
     = Path("traces.jsonl"),
@@ -436,8 +441,10 @@ def generate(
     summary = cotcredit.generate(
         problems, output, model=model, options=options, fields=inputs.names(),
         on_error=inputs.on_error, max_problems=inputs.max_problems, overwrite=overwrite,
-        progress=not quiet,
+        progress=not quiet, split=inputs.split, subset=inputs.subset,
     )
+    for note in summary.notes:
+        err.print(f"note: {note}", markup=False, highlight=False)
     if summary.errors:
         err.print(f"skipped {len(summary.errors)} problem(s):")
         for e in summary.errors[:20]:

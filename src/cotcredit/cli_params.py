@@ -58,6 +58,8 @@ def _cli_type(hint: Any, flag: str) -> tuple[Any, bool]:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
+        if len(inner) > 1 and str in inner:  # e.g. int | str: parsed as text, typed on build
+            return (str | None if type(None) in args else str), False
         base, is_tuple = _cli_type(inner[0], flag)
         return (base | None if not is_tuple else base), is_tuple
     if origin is tuple:
@@ -110,12 +112,13 @@ def _nest(path: tuple[str, ...], value: Any, into: dict) -> None:
     into[path[-1]] = value
 
 
-def build(cls: type, values: dict[str, Any]):
+def build(cls: type, values: dict[str, Any], exclude: tuple[str, ...] = ()):
     """An instance of `cls` from command-line values (keyed by parameter name); tuple
-    parameters left at None keep the dataclass default."""
+    parameters left at None keep the dataclass default, and so do the fields in `exclude` (a
+    parameter of the same name may belong to another class of the command)."""
     mapping: dict = {}
     for p in params_of(cls):
-        if p.name not in values:  # excluded from this command: the default stays
+        if p.name not in values or p.path[-1] in exclude:  # not this command's: default stays
             continue
         value = values[p.name]
         if p.is_tuple:
@@ -157,7 +160,7 @@ def with_options(*, exclude: tuple[str, ...] = (), **groups: type) -> Callable:
 
         @functools.wraps(fn)
         def wrapper(**kwargs):
-            built = {key: build(cls, kwargs) for key, cls in groups.items()}
+            built = {key: build(cls, kwargs, exclude) for key, cls in groups.items()}
             mine = {p.name: kwargs[p.name] for p in own if p.name in kwargs}
             return fn(**mine, **built)
 

@@ -262,7 +262,7 @@ def export(
     if traces is None:
         raise UserError("export: pass --traces traces.jsonl (the prompts are read from it)")
     prompts = {
-        t.id: t.prompt for t in iter_traces(traces, fields, on_error="skip")
+        t.id: t.prompt for t in iter_traces(traces, fields, on_error="skip", require_answer=False)
         if not isinstance(t, UserError)
     }
     table = load_scores([scores])

@@ -74,6 +74,15 @@ def _boxed_contents(text: str) -> list[tuple[str, int]]:
     return found
 
 
+def last_boxed(text: str) -> str | None:
+    """The content of the last complete, non-placeholder ``\\boxed{...}`` of `text` (stripped),
+    or None."""
+    for content, _ in reversed(_boxed_contents(text)):
+        if content.strip() not in _PLACEHOLDERS:
+            return content.strip()
+    return None
+
+
 def _clean_span(s: str) -> tuple[int, int]:
     """Bounds ``[i, j)`` of the answer in ``s`` once what surrounds it is stripped: spaces, bold,
     ``$``/``\\(`` delimiters, a final period. Bounds rather than a string, so that a caller knows

@@ -43,11 +43,12 @@ def flag_name(f: dataclasses.Field) -> str:
 
 
 def check_choices(obj: Any) -> None:
-    """Raise a one-line UserError for a field whose value is not among its declared choices."""
+    """Raise a one-line UserError for a field whose value is not among its declared choices
+    (an optional field left at None is fine)."""
     for f in dataclasses.fields(obj):
         choices = f.metadata.get("choices")
         value = getattr(obj, f.name)
-        if choices and value not in choices:
+        if choices and value not in choices and not (value is None and f.default is None):
             raise UserError(
                 f"{flag_name(f)} must be one of {', '.join(map(str, choices))}, got '{value}'"
             )

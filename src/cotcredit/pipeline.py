@@ -10,6 +10,7 @@ of the output folders; the main process then compacts them and reports for the w
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -23,8 +24,14 @@ from cotcredit import distributed, io
 from cotcredit.errors import UserError
 from cotcredit.methods import TraceContext, get_method
 from cotcredit.options import check_choices, option
-from cotcredit.segmentation import SegmentOptions, segment_encoded, segmentation_from_rows
-from cotcredit.traces import FieldOptions, Trace, TraceError, iter_traces
+from cotcredit.readers import open_records
+from cotcredit.segmentation import (
+    SegmentOptions,
+    segment_encoded,
+    segmentation_from_rows,
+    step_segmentation,
+)
+from cotcredit.traces import FieldNames, FieldOptions, Trace, TraceError, iter_traces
 from cotcredit.version import __version__
 
 if TYPE_CHECKING:  # pyarrow and the model stack load with the run (keeps `--help` fast)
@@ -55,6 +62,7 @@ class InputOptions(FieldOptions):
 
     def validate(self) -> InputOptions:
         check_choices(self)
+        self.names()  # an unknown --format
         self.shard_slice()
         if self.max_traces is not None and self.max_traces < 0:
             raise UserError(f"--max-traces must be 0 or more, got {self.max_traces}")
@@ -151,16 +159,19 @@ def in_shard(trace_id: str, shard: tuple[int, int] | None) -> bool:
 
 
 def stream_traces(
-    source: str | Path | Sequence[Trace], inputs: InputOptions
+    source: str | Path | Sequence[Trace], inputs: InputOptions, require_answer: bool = True
 ) -> Iterator[Trace | TraceError]:
-    """Traces of a JSONL path (streamed) or a list, in input order; with on_error="skip" the bad
-    lines come as `TraceError`s in their place. The path is checked now, and an empty file is a
-    UserError now (before any output is created). Not yet filtered (see `select`)."""
+    """Traces of an input path (streamed; see `readers`) or a list, in input order; with
+    on_error="skip" the bad records come as `TraceError`s in their place. The input is checked
+    now, and an empty one is a UserError now (before any output is created). Not yet filtered
+    (see `select`). `require_answer=False`: traces without a reference answer are read (a
+    segmentation needs none)."""
     if inputs.max_traces is not None and inputs.max_traces < 0:
         raise UserError(f"--max-traces must be 0 or more, got {inputs.max_traces}")
     if not isinstance(source, (str, Path)):
         return iter(list(source))
-    items = iter_traces(source, inputs.names(), inputs.on_error)
+    items = iter_traces(source, inputs.names(), inputs.on_error, split=inputs.split,
+                        subset=inputs.subset, require_answer=require_answer)
     first = next(items, None)  # raises for an empty file or a bad first line
     return itertools.chain([first] if first is not None else [], items)
 
@@ -221,7 +232,8 @@ def check_inputs(
             o.validate()
     if segments_file is not None:
         io.check_exists(Path(segments_file))
-    items = stream_traces(traces, inputs)  # the file exists, is not empty, its first line reads
+    # The input exists, is not empty, its first record reads (segmenting needs no answer).
+    items = stream_traces(traces, inputs, require_answer=bool(methods))
     if inputs.on_error == "raise" and isinstance(traces, (str, Path)):
         for _ in select(items, inputs):
             pass
@@ -240,8 +252,31 @@ def _key_options(obj: Any) -> Any:
     return plain
 
 
+# The aliases of the six groups tables were keyed by before chat turns, generation lists and steps
+# were read; with those defaults the recorded fields stay as they were, so runs keep their keys.
+_KEYED_BEFORE = {"response": ("response", "completion", "generation", "output"),
+                 "outcome": ("correct", "reward")}
+
+
+def fields_spec(names: FieldNames) -> dict:
+    """The field names as recorded in a table's metadata and run key: every group that differs
+    from its default, and the six original groups always (a default written as it was before
+    the later groups existed), so an unchanged reading keeps an unchanged run key."""
+    default = FieldNames()
+    out = {}
+    for key, value in _plain(names).items():
+        if key in ("prompt", "response", "answer", "solution", "outcome", "id"):
+            out[key] = _KEYED_BEFORE.get(key, value) if value == getattr(default, key) else value
+        elif value != getattr(default, key):
+            out[key] = value
+    return out
+
+
 def segment_columns(ctx: TraceContext, run_id: str) -> list[dict]:
-    """The segmentation columns shared by every table, one dict per segment."""
+    """The segmentation columns shared by every table, one dict per segment. `error_char` is the
+    trace's (the same on each of its rows: where its first error starts in the response, -1
+    none, null unknown)."""
+    error_char = ctx.trace.error_char
     return [
         {
             "run_id": run_id,
@@ -255,17 +290,17 @@ def segment_columns(ctx: TraceContext, run_id: str) -> list[dict]:
             "text": s.text,
             "boundary_entropy": s.boundary_entropy,
             "mean_entropy": s.mean_entropy,
+            "error_char": error_char,
         }
         for s in ctx.segmentation.segments
     ]
 
 
-def _line_count(source: str | Path | Sequence[Trace]) -> int:
-    """Non-blank lines of a traces file (the progress bar's total), without parsing them."""
+def _line_count(source: str | Path | Sequence[Trace], inputs: InputOptions) -> int:
+    """Records of a traces input (the progress bar's total), without parsing them."""
     if not isinstance(source, (str, Path)):
         return len(source)
-    with open(source, "rb") as fh:
-        return sum(1 for line in fh if line.strip())
+    return open_records(source, split=inputs.split, subset=inputs.subset).count()
 
 
 def run_analysis(
@@ -313,7 +348,7 @@ def run_analysis(
         if segments_file
         else _plain(seg_opts)
     )
-    items = stream_traces(traces, inputs)
+    items = stream_traces(traces, inputs, require_answer=bool(specs))
     summary = RunSummary(outputs={k: Path(v) for k, v in (outputs or {}).items()})
     procs = distributed.processes()
     summary.main = procs.main
@@ -338,7 +373,7 @@ def run_analysis(
     base_spec = {
         "model": scorer.describe(),
         "segmentation": seg_source,
-        "fields": _plain(inputs.names()),
+        "fields": fields_spec(inputs.names()),
     }
     writers: dict[Path, TableWriter] = {}
     for path, labs in by_path.items():
@@ -374,7 +409,7 @@ def run_analysis(
 
     keep = keep_rows and not writers
     needs_segments = stored is None
-    total = _line_count(traces) if progress and procs.main else 0
+    total = _line_count(traces, inputs) if progress and procs.main else 0
     if inputs.max_traces is not None and inputs.shard is None:
         total = min(total, inputs.max_traces)
     bar = _progress(progress and procs.main, total)
@@ -458,6 +493,20 @@ def _generation_stats(scorer: Scorer) -> tuple[int, int]:
     return (sum(int(g.stats.prompt_tokens) for g in gens), sum(int(g.stats.tokens) for g in gens))
 
 
+def with_rendered_prompt(trace: Trace, scorer: Scorer) -> Trace:
+    """`trace` with its chat turns (`trace.messages`) rendered by the model's chat template into
+    its prompt, which the scorer then uses as it is (it holds the template's markers); without
+    turns or a template the trace is unchanged (its prompt is the turns' plain text)."""
+    if not trace.messages or not scorer.uses_chat_template:
+        return trace
+    turns = list(trace.messages)
+    system = scorer.options.system_prompt
+    if system and not any(t["role"] == "system" for t in turns):
+        turns.insert(0, {"role": "system", "content": system})
+    prompt = scorer.tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    return dataclasses.replace(trace, prompt=prompt)
+
+
 def _score_trace(
     trace, scorer, specs, opts, seg_opts, stored, segments_file, needs_segments,
     summary: RunSummary, timed: bool, rename: Mapping[str, str],
@@ -465,6 +514,7 @@ def _score_trace(
     from cotcredit.tables import check_finite
 
     t0, f0 = time.perf_counter(), _forward_tokens(scorer)
+    trace = with_rendered_prompt(trace, scorer)
     reserve = max([spec.reserve(scorer, trace, opts[n]) for n, spec in specs.items()] or [0])
     enc = scorer.encode(trace, reserve=reserve)
     fwd = scorer.forward(enc.ids, keep_cache=bool(specs), stats_from=enc.prompt_len)
@@ -472,6 +522,8 @@ def _score_trace(
         if trace.id not in stored:
             raise UserError(f"{segments_file}: has no segmentation for trace '{trace.id}'")
         seg = segmentation_from_rows(enc, stored[trace.id], str(segments_file))
+    elif trace.steps is not None or seg_opts.segments == "steps":
+        seg = step_segmentation(enc, fwd.entropies)
     else:
         seg = segment_encoded(enc, fwd.entropies, seg_opts)
     ctx = TraceContext(scorer, enc, fwd, seg)
@@ -499,7 +551,7 @@ def _score_trace(
                     f"method {name} returned {len(per_seg)} rows for {len(base)} segments"
                 )
             rows[lab] = [{**b, "method": lab, **r, **cost} for b, r in zip(base, per_seg)]
-    for note in [*ctx.notes, *scorer.notes]:
+    for note in [*trace.notes, *ctx.notes, *scorer.notes]:
         if note not in summary.notes:
             summary.notes.append(note)
     fwd.cache = None

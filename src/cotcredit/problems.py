@@ -31,16 +31,9 @@ from pathlib import Path
 from cotcredit import grading
 from cotcredit.errors import UserError
 from cotcredit.options import option
+from cotcredit.readers import open_records
 from cotcredit.sampling import SamplingSettings, get_generator
-from cotcredit.traces import (
-    FieldNames,
-    FieldOptions,
-    TraceError,
-    check_jsonl_file,
-    decode_line,
-    iter_lines,
-    parse_trace,
-)
+from cotcredit.traces import FieldNames, FieldOptions, TraceError, parse_trace
 
 _RESPONSE_KEY = "\x00cotcredit-response"  # placeholder response field: problems have none
 # Fields of an output line that must match for a file to be resumed.
@@ -83,6 +76,7 @@ class Problem:
     source: str = "<memory>"
     line: int = 0
     extra: dict = field(default_factory=dict, compare=False, repr=False)
+    notes: tuple[str, ...] = field(default=(), compare=False, repr=False)  # how it was read
 
 
 def parse_problem(obj: object, src: str, line: int, names: FieldNames = FieldNames()) -> Problem:
@@ -91,22 +85,26 @@ def parse_problem(obj: object, src: str, line: int, names: FieldNames = FieldNam
     if isinstance(obj, dict):
         obj = {**obj, _RESPONSE_KEY: "."}
     t = parse_trace(obj, src, line, names.override(response=_RESPONSE_KEY))
-    return Problem(t.id, t.prompt, t.answer, t.solution, src, line, t.extra)
+    return Problem(t.id, t.prompt, t.answer, t.solution, src, line, t.extra, t.notes)
 
 
 def read_problems(path: str | Path, names: FieldNames = FieldNames(), on_error: str = "raise",
-                  max_problems: int | None = None) -> tuple[list[Problem], list[str]]:
-    """Problems of a JSONL file and the messages of lines skipped with on_error="skip"."""
-    path = check_jsonl_file(path)
-    src = str(path)
+                  max_problems: int | None = None, *, split: str | None = None,
+                  subset: str | None = None, notes: list[str] | None = None,
+                  ) -> tuple[list[Problem], list[str]]:
+    """Problems of an input (any form `readers.open_records` reads: JSONL, JSON, Parquet, a
+    `datasets` folder or id with `split`/`subset`) and the messages of records skipped with
+    on_error="skip". How the input was read (e.g. answers taken from `#### N`) is appended to
+    `notes`."""
+    records = open_records(path, split=split, subset=subset)
+    src = records.name
     problems: list[Problem] = []
     skipped: list[str] = []
     seen: dict[str, int] = {}
-    for n, text, err in iter_lines(path):
+    for n, obj, err in records:
         try:
             if err:
                 raise TraceError(src, n, err)
-            obj = decode_line(text, src, n)
             p = parse_problem(obj, src, n, names)
             if p.id in seen:
                 raise TraceError(src, n, f"duplicate id '{p.id}' (first on line {seen[p.id]})")
@@ -117,10 +115,12 @@ def read_problems(path: str | Path, names: FieldNames = FieldNames(), on_error: 
             skipped.append(str(e))
             continue
         problems.append(p)
+        if notes is not None:
+            notes.extend(x for x in p.notes if x not in notes)
         if max_problems is not None and len(problems) >= max_problems:
             break
     if not problems and not skipped:
-        raise UserError(f"{src}: no problems (the file is empty)")
+        raise UserError(f"{src}: no problems (the input is empty)")
     return problems, skipped
 
 
@@ -137,6 +137,7 @@ class GenerateSummary:
     truncated: int = 0
     no_reasoning: int = 0  # responses the analysis commands cannot read (empty or answer only)
     errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # how the problems were read, said once
     seconds: float = 0.0
     completions_per_s: float = 0.0
 
@@ -213,17 +214,21 @@ def generate_traces(
     max_problems: int | None = None,
     overwrite: bool = False,
     progress: bool | Callable[[int, int, int], None] = False,
+    split: str | None = None,
+    subset: str | None = None,
 ) -> GenerateSummary:
     """Sample `options.samples` graded responses per problem and append them to `output` as
     trace lines (see the module docstring). `model`: a Scorer, ModelOptions, a model name or
     None (embedded). `progress`: True for a rich bar, or a callback (problems done, samples,
-    correct) called after each problem."""
+    correct) called after each problem. `split`/`subset`: of a dataset input."""
     from cotcredit.api import scorer_for
 
     t0 = time.perf_counter()
     options = (options or GenerateOptions()).validate()
+    notes: list[str] = []
     if isinstance(problems, (str, Path)):  # read (and checked) before the model loads
-        plist, skipped = read_problems(problems, fields, on_error, max_problems)
+        plist, skipped = read_problems(problems, fields, on_error, max_problems, split=split,
+                                       subset=subset, notes=notes)
     else:
         plist, skipped = list(problems)[:max_problems], []
     scorer = scorer_for(model, progress is True)
@@ -235,7 +240,7 @@ def generate_traces(
     if overwrite and output.exists() and output.is_file():
         output.unlink()
     existing = _existing(output, run)
-    summary = GenerateSummary(output=output, errors=skipped)
+    summary = GenerateSummary(output=output, errors=skipped, notes=notes)
 
     def count(line: dict) -> None:
         summary.samples += 1

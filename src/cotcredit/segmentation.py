@@ -10,12 +10,17 @@
    When there are fewer candidates than `segments`, the highest-entropy token boundaries are
    added as cuts, so a reasoning of at least `segments` tokens always gets exactly `segments`.
 
+Pre-split steps (a trace read with `steps`) are segmented as given instead (`step_segmentation`,
+also `--segments steps`): segment k is step k (with the separator after it), its start snapped
+to a token boundary, up to the end of the reasoning.
+
 Segments are character spans of the response with token offsets relative to the reasoning; their
 texts concatenate exactly to the reasoning text. Segments are never located by searching text.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import re
 from dataclasses import dataclass, field
@@ -61,7 +66,11 @@ DEFAULT_KEYWORDS: tuple[str, ...] = (
 class SegmentOptions:
     """How the reasoning is cut into segments."""
 
-    segments: int = option(8, short="-k", help="Target number of segments per trace.")
+    segments: int | str = option(
+        8, short="-k",
+        help="Target number of segments per trace, or 'steps': the trace's pre-split steps "
+        "(automatic for traces read with steps).",
+    )
     keywords: tuple[str, ...] = option(
         DEFAULT_KEYWORDS,
         help="Comma-separated discourse keywords that open a segment [default: built-in list].",
@@ -75,8 +84,19 @@ class SegmentOptions:
     max_tokens: int | None = option(None, help="Maximum tokens per segment.")
 
     def validate(self) -> SegmentOptions:
+        if isinstance(self.segments, str):
+            text = self.segments.strip()
+            if text == "steps":
+                return dataclasses.replace(self, segments="steps").validate_rest()
+            if not text.isdigit():
+                raise UserError(f"--segments must be a number or 'steps', got '{self.segments}'")
+            return dataclasses.replace(self, segments=int(text)).validate()
         if self.segments < 1:
             raise UserError("--segments must be at least 1")
+        return self.validate_rest()
+
+    def validate_rest(self) -> SegmentOptions:
+        """Check every option but the number of segments."""
         check_choices(self)
         if self.min_tokens < 1:
             raise UserError("--min-tokens must be at least 1")
@@ -171,10 +191,42 @@ def _split_long(
     return out
 
 
+def step_segmentation(enc: EncodedTrace, entropies: torch.Tensor | None = None) -> Segmentation:
+    """The trace's pre-split steps as its segments: one per step that starts before the end of
+    the reasoning, each starting at the token holding the step's first character (back over
+    tokens that continue a split character). A step sharing its first token with the previous
+    one is a `UserError` (the tokenizer cannot cut there)."""
+    trace = enc.trace
+    if trace.steps is None:
+        raise UserError(f"{trace.where}: --segments steps needs pre-split steps (a 'steps' field)")
+    n = enc.n_reasoning
+    starts = enc.token_starts
+    end_char = starts[n]
+    bounds = [0]
+    tok = 0
+    for k, (c, _) in enumerate(trace.steps[1:], start=1):
+        if c >= end_char:
+            break
+        while tok + 1 < n and starts[tok + 1] <= c:
+            tok += 1
+        t = tok
+        while t > 0 and not enc.cuttable[t]:
+            t -= 1
+        if t <= bounds[-1]:
+            raise UserError(f"{trace.where}: step {k} starts inside the first token of step "
+                            f"{k - 1}: the tokenizer cannot cut between them")
+        bounds.append(t)
+    bounds.append(n)
+    ent = token_entropies(enc, entropies) if entropies is not None else None
+    return build_segmentation(enc, bounds, ent)
+
+
 def segment_encoded(
     enc: EncodedTrace, entropies: torch.Tensor, options: SegmentOptions
 ) -> Segmentation:
     """Segment one encoded trace given the entropies of its forward pass (prompt + reasoning)."""
+    if options.segments == "steps":
+        return step_segmentation(enc, entropies)
     n = enc.n_reasoning
     ent = token_entropies(enc, entropies)
     target = min(options.segments, sum(enc.cuttable))

@@ -55,6 +55,8 @@ SEGMENT_COLUMNS = [
     ("text", pa.string()),
     ("boundary_entropy", pa.float64()),
     ("mean_entropy", pa.float64()),
+    # Where the trace's first error starts in the response (-1: none; null: unknown).
+    ("error_char", pa.int64()),
 ]
 METHOD_COLUMNS = [("method", pa.string()), ("score", pa.float64())]
 # Per trace, repeated on its rows: model tokens (and, in a timed run, wall seconds) of the step

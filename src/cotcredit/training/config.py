@@ -2,7 +2,7 @@
 
 A minimal config::
 
-    train_file: data/train.jsonl     # prompt, answer, optional solution per line
+    train_file: data/train.jsonl     # prompt, answer, optional solution per record
     output_dir: runs/rredcot
     advantage: rredcot               # or grpo (plain outcome advantage)
     grpo:
@@ -12,7 +12,10 @@ A minimal config::
       max_steps: 500
 
 Relative paths (``train_file``, ``eval_file``, ``output_dir``) are resolved against the folder of
-the config file, so a config works from any working directory. ``model`` is passed on as written
+the config file, so a config works from any working directory. The data files are read like the
+analysis commands' inputs (JSONL, gzip, JSON, Parquet, a ``datasets`` folder, or a dataset id
+that is no path there), with ``data_format`` (a ``--format`` preset) and ``train_split`` /
+``eval_split``. ``model`` is passed on as written
 (hub id, local folder or .gguf file; omitted = the embedded default model).
 
 ``grpo`` holds options of TRL's ``GRPOConfig`` under TRL's own names; an option left out keeps
@@ -138,8 +141,11 @@ class TrainConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: float32 weights
     chat_template: bool = True  # render prompts with the tokenizer's chat template
     system_prompt: str | None = None  # system message for the chat template
-    train_file: Path
+    train_file: Path  # any input the analysis commands read (JSONL, Parquet, datasets folder or id)
     eval_file: Path | None = None
+    data_format: str | None = None  # field mapping of a public dataset (the CLI's --format)
+    train_split: str | None = None  # split of a dataset train_file
+    eval_split: str | None = None  # split of a dataset eval_file
     output_dir: Path
     seed: int = 42
     advantage: Literal["grpo", "rredcot"] = "rredcot"
@@ -336,6 +342,9 @@ def load_config(path: str | Path) -> TrainConfig:
         name: Path(os.path.normpath(base / value))  # lexical: "a/../b" -> "b", links kept
         for name in ("train_file", "eval_file", "output_dir")
         if (value := getattr(cfg, name)) is not None and not value.is_absolute()
+        # A dataset id ("openai/gsm8k") stays as written when no such path is there.
+        and not (name != "output_dir" and not value.suffix and not (base / value).exists()
+                 and not str(value).startswith("."))
     }
     cfg = cfg.model_copy(update=updates)
     cfg._source = source

@@ -72,10 +72,12 @@ class TrainResult:
 
 
 # ---- data ------------------------------------------------------------------------------------
-def _problems(path: Path):
+def _problems(path: Path, cfg=None, split: str | None = None):
     from cotcredit.problems import read_problems
+    from cotcredit.traces import format_names
 
-    problems, _ = read_problems(path)
+    names = format_names(cfg.data_format if cfg is not None else None)
+    problems, _ = read_problems(path, names, split=split)
     return problems
 
 
@@ -358,8 +360,9 @@ def train(
     cfg = _with_overrides(cfg, max_steps, seed)
     args = to_grpo_config(cfg)
     peft_config = lora_config(cfg)
-    train_problems = _problems(cfg.train_file)
-    eval_problems = _problems(cfg.eval_file) if cfg.eval_file is not None else None
+    train_problems = _problems(cfg.train_file, cfg, cfg.train_split)
+    eval_problems = (_problems(cfg.eval_file, cfg, cfg.eval_split)
+                     if cfg.eval_file is not None else None)
     out = Path(cfg.output_dir)
     checkpoint = _resume_checkpoint(out, resume, overwrite)
 
