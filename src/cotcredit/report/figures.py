@@ -328,3 +328,29 @@ def plot_credit_strips(
         values = {m: g["score"].to_numpy(dtype="float64") for m, g in by_method.items()}
         paths.append(plot_credit_strip(tid, texts, values, out_dir / strip_filename(tid)))
     return trace_ids, paths
+
+
+def plot_rollout_equivalence(analysis, path: Path, labels: Mapping[str, str] | None = None) -> Path:
+    """Agreement with held-out rollouts: the MC(n) curve (95% band), each method as a
+    horizontal line, the ceiling for the held-out half as a dashed line (PNG and PDF)."""
+    curve = analysis.curve
+    fig = _figure(6.4, 4.0)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.fill_between(curve["rollouts"], curve["ci_low"], curve["ci_high"], color="#9ecae1",
+                    alpha=0.5, linewidth=0)
+    ax.plot(curve["rollouts"], curve["agreement"], "o-", color="#08519c", label="MC(n)")
+    colors = colormaps["tab10"].colors
+    for i, row in enumerate(analysis.equivalence.itertuples(index=False)):
+        name = (labels or {}).get(row.method, row.method)
+        ax.axhline(row.agreement, color=colors[(i + 1) % 10], linewidth=1.2, label=name)
+    half = analysis.ceiling.loc[analysis.ceiling["rollouts"] == analysis.held_out, "ceiling"]
+    if len(half):
+        ax.axhline(float(half.iloc[0]), color="#444444", linestyle="--", linewidth=1,
+                   label="ceiling (error-free values)")
+    ax.set_xlabel("rollouts per boundary n")
+    ax.set_ylabel(f"mean per-trace Spearman with {analysis.held_out} held-out rollouts")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    _save(fig, path, dpi=150)
+    return path
