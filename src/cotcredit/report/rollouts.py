@@ -15,12 +15,17 @@ both on the statistic the report shows (mean per-trace Spearman of credits, cred
   (the same resamples for the curve and the method). Costs are then compared at n\\*: MC's
   measured cost per trace scaled to n\\* rollouts per boundary (generation is linear in the
   rollouts) against the method's own measured cost.
-* **agreement ceiling.** With the fitted values V̂_k = c_k / N_k taken as the truth,
-  independent N-rollout Monte Carlo estimates are simulated (c ~ Binomial(N, V̂_k)), and the
-  Spearman of the true credits with the simulated ones is averaged over ``splits`` simulations
-  and over traces: how well error-free values would agree with an N-rollout MC, for N = ⌊N/2⌋
-  (the held-out half of the equivalence) and N = all rollouts (the reference of the agreement
-  table). A plug-in estimate: V̂ carries MC's own noise.
+* **agreement ceiling.** How well error-free values would agree with an N-rollout MC, for
+  N = ⌊N/2⌋ (the held-out half of the equivalence) and N = all rollouts (the reference of the
+  agreement table). With the fitted values V̂_k = c_k / N_k taken as the truth, independent
+  N-rollout estimates are simulated (c ~ Binomial(N, V̂_k)) and the Spearman of V̂'s credits
+  with the simulated ones is averaged over ``splits`` simulations (the plug-in value P). V̂
+  carries MC's own noise, which makes P too high (rougher "true" credits are easier to rank),
+  so the bias is estimated one level down, as in a bootstrap bias correction: V̂* = values
+  re-estimated from N_k simulated rollouts at V̂, P* = the same agreement computed from V̂*;
+  ceiling = 2P − P* per trace, then averaged over traces. On simulated traces with known
+  values (the tests) it lands within 0.05 of the true values' agreement; the plug-in alone
+  overshoots by about 0.08.
 
 Conventions, as for the baselines: a trace whose reference credits (held-out or true) are
 constant is left out of that split; an estimate (MC(n), simulated MC, a method) constant on a
@@ -194,8 +199,8 @@ def rollout_analysis(
         m_vals = {m: g.values[m][np.isin(g.traces, rows)] for m in methods if m in g.values}
         agree_n = np.zeros((splits, len(rows), rest))
         agree_m = {m: np.zeros((splits, len(rows))) for m in m_vals}
-        sim_half = np.zeros((splits, len(rows)))
-        sim_all = np.zeros((splits, len(rows)))
+        sim_half = np.zeros((2, splits, len(rows)))  # plug-in, one level down
+        sim_all = np.zeros((2, splits, len(rows)))
         truth = _credits(c / big_n, zeta)
         for s in range(splits):
             h = rng.hypergeometric(c, big_n - c, held)
@@ -206,15 +211,22 @@ def rollout_analysis(
                 agree_n[s, :, lev - 1] = _agreement(_credits(sub / lev, zeta), ref)
             for m, x in m_vals.items():
                 agree_m[m][s] = _agreement(x, ref)
+            # Plug-in agreement of V̂ with simulated N-rollout MC, minus its bias estimated
+            # one level down (V̂* = V̂ re-estimated from simulated rollouts): V̂ carries MC's
+            # noise, which makes the plug-in ceiling too high.
+            v_star = rng.binomial(big_n, c / big_n) / big_n
+            truth_star = _credits(v_star, zeta)
             for target, size in ((sim_half, held), (sim_all, big_n)):
-                sim = rng.binomial(size, c / big_n) / size
-                target[s] = _agreement(_credits(sim, zeta), truth)
+                plug = _agreement(_credits(rng.binomial(size, c / big_n) / size, zeta), truth)
+                star = _agreement(_credits(rng.binomial(size, v_star) / size, zeta), truth_star)
+                target[0, s], target[1, s] = plug, star
         with np.errstate(invalid="ignore"), _quiet():
             curve_rows.append((rows, np.nanmean(agree_n, axis=0)))
             for m, a in agree_m.items():
                 per_method[m][rows] = np.nanmean(a, axis=0)
-            ceil_half[rows] = np.nanmean(sim_half, axis=0)
-            ceil_all[rows] = np.nanmean(sim_all, axis=0)
+            for target, sims in ((ceil_half, sim_half), (ceil_all, sim_all)):
+                plug, star = np.nanmean(sims[0], axis=0), np.nanmean(sims[1], axis=0)
+                target[rows] = 2 * plug - star
     if levels is None:
         return None
     curve = np.full((n_t, levels), np.nan)
