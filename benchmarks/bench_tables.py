@@ -11,9 +11,11 @@ part file per trace, exactly as `cotcredit redistribute` does, then compacts the
   without compaction) and the compaction time;
 - peak memory (max RSS) after writing and compacting, and at the end;
 - the time of `compare --scores` on 3 methods over those traces: `load_scores` (read the three
-  tables and check their segmentations agree) and `correlate` (per-trace correlations, bootstrap
-  CIs, pooled). The second and third tables (loo, mc) are built from the first with pyarrow in
-  one go (same segmentation, other scores): their writing is not what is measured.
+  tables and check their segmentations agree) and `analyse` (the position baseline, per-trace
+  correlations, bootstrap CIs, paired differences, pooled, and the rollout equivalence and
+  ceiling from the Monte Carlo table's counts). The second and third tables (loo, mc) are built
+  from the first with pyarrow in one go (same segmentation, other scores; mc with 24-rollout
+  counts): their writing is not what is measured.
 
     python benchmarks/bench_tables.py                  # 100,000 traces (a few minutes)
     python benchmarks/bench_tables.py --traces 5000    # quick
@@ -75,8 +77,23 @@ def other_method(table: pa.Table, name: str, seed: int, folder: Path) -> None:
             "token_end", "n_tokens", "text"]
     out = table.select(keep)
     out = out.append_column("method", pa.array([name] * len(out), pa.string()))
-    noise = rng.normal(0, 0.3, len(out))
-    score = np.asarray(table.column("score").to_numpy()) + noise
+    if name == "mc":
+        # Monte Carlo rows with their counts (24 rollouts per boundary), so compare also runs
+        # the rollout equivalence and the ceiling from them.
+        first = np.asarray(table.column("segment").to_numpy()) == 0
+        n = 24
+        correct = rng.binomial(n, rng.random(len(out)))
+        after = correct / n
+        before = np.r_[0.0, after[:-1]]
+        before[first] = rng.binomial(n, 0.5, int(first.sum())) / n
+        score = after - before
+        for col, values in (("value_before", before), ("value_after", after)):
+            out = out.append_column(col, pa.array(values, pa.float64()))
+        out = out.append_column("n_rollouts", pa.array(np.full(len(out), n), pa.int64()))
+        out = out.append_column("n_correct", pa.array(correct, pa.int64()))
+    else:
+        noise = rng.normal(0, 0.3, len(out))
+        score = np.asarray(table.column("score").to_numpy()) + noise
     out = out.append_column("score", pa.array(score, pa.float64()))
     folder.mkdir()
     out = out.replace_schema_metadata({META_KEY: b'{"run_id": "bench-%s"}' % name.encode()})
@@ -139,17 +156,23 @@ def main() -> None:
         other_method(table, "loo", 1, work / "loo.parquet")
         other_method(table, "mc", 2, work / "mc.parquet")
         del table
-        from cotcredit.report import correlate, load_scores
+        from cotcredit.comparison import analyse
+        from cotcredit.report import load_scores
 
         paths = [out, work / "loo.parquet", work / "mc.parquet"]
         t = time.perf_counter()
         scores = load_scores(paths)
         t_load = time.perf_counter() - t
         t = time.perf_counter()
-        correlate(scores, n_boot=args.bootstrap, reference="mc")
+        result = analyse(scores, n_boot=args.bootstrap, reference="mc", baselines="position",
+                         checked=True)
         t_corr = time.perf_counter() - t
-        print(f"compare --scores on 3 methods: load_scores {t_load:.1f} s, correlate "
-              f"(bootstrap {args.bootstrap}) {t_corr:.1f} s; peak RSS {peak_mb():.0f} MB")
+        ro = result.rollouts
+        print(f"compare --scores on 3 methods + the position baseline: load_scores {t_load:.1f} "
+              f"s, analyse (correlations, paired differences, bootstrap {args.bootstrap}, "
+              f"rollout equivalence on {int(ro.curve['n'].max()) if ro else 0:,} traces x "
+              f"{ro.splits if ro else 0} splits) {t_corr:.1f} s; total {t_load + t_corr:.1f} s "
+              f"(goal <= 120); peak RSS {peak_mb():.0f} MB (goal <= 4,000)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

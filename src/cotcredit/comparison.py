@@ -41,7 +41,13 @@ from cotcredit.report.rollouts import (
     read_rollouts,
     rollout_analysis,
 )
-from cotcredit.report.scores import REQUIRED_COLUMNS, read_columns, table_schema
+from cotcredit.report.scores import (
+    REQUIRED_COLUMNS,
+    check_segmentations,
+    normalize,
+    read_columns,
+    table_schema,
+)
 from cotcredit.segmentation import SegmentOptions
 
 if TYPE_CHECKING:  # the report stack (pandas, scipy, matplotlib) loads when a report is made
@@ -309,19 +315,24 @@ def analyse(
     rollouts: str | Path | None = None,
     splits: int = 20,
     sources: Mapping[str, Path] | None = None,
+    checked: bool = False,
 ) -> Analysis:
     """Every statistic of the report from loaded score rows (``load_scores``): the credit
     definition, the baselines, the correlations with paired differences, first-error
     localization (when the rows carry ``error_field``) and rollout equivalence with the
     ceilings (when the reference is Monte Carlo with counts: a rollouts table, given or beside
-    its table, or the table's own counts). Inputs are checked before anything is computed."""
+    its table, or the table's own counts). Inputs are checked before anything is computed;
+    ``checked``: the rows come from ``load_scores`` (normalized, one segmentation)."""
     names = parse_baselines(baselines)
+    if not checked:
+        scores = normalize(scores)
+        check_segmentations(scores)
     offsets = error_offsets(scores, error_field, sources)
     credited = value_credit(scores, credit)
     with_baselines, added, notes = baseline_scores(credited, names, reference)
     corr = correlate(
         with_baselines, n_boot=n_boot, seed=seed, min_segments=min_segments,
-        reference=reference, baselines=added,
+        reference=reference, baselines=added, checked=True,
         params={"credit": credit, "value_methods": sorted(value_methods(scores))},
     )
     corr.params["notes"] = notes
@@ -371,7 +382,7 @@ def compare_scores(
         named = False
     else:
         named = True
-    result = analyse(scores, sources=sources, **options)
+    result = analyse(scores, sources=sources, checked=True, **options)
     # Inputs are named relative to the report folder: a report is read next to its tables and
     # must not carry the path of the machine that made it.
     where = Path(out_dir)

@@ -51,48 +51,73 @@ def position_bins(n_segments: np.ndarray, segment_rank: np.ndarray, n_bins: int)
     return np.minimum(n_bins - 1, ((segment_rank + 0.5) * n_bins // n_segments).astype("int64"))
 
 
-def _segmentation(scores: pd.DataFrame) -> pd.DataFrame:
-    """One row per (trace, segment) with its span and text, from any method's rows."""
-    seg = scores.loc[:, list(_KEEP)].drop_duplicates(["trace_id", "segment"])
-    seg = seg.sort_values(["trace_id", "segment"], kind="stable").reset_index(drop=True)
-    seg["rank"] = seg.groupby("trace_id").cumcount()
-    seg["k"] = seg.groupby("trace_id")["segment"].transform("size")
-    return seg
+def _segmentation(scores: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """One row per (trace, segment) with its span and text, from any method's rows, sorted by
+    trace and segment; with each segment's rank in its trace and its trace's segment count in
+    columns ``rank`` and ``k``. Also returns each score row's position in it and the sorted
+    (trace, segment) keys (integer work: a table of 100,000 traces hashes no strings here)."""
+    codes, _ = pd.factorize(scores["trace_id"], sort=True)
+    segment = scores["segment"].to_numpy(dtype="int64")
+    width = int(segment.max()) + 1 if len(segment) else 1
+    key = codes.astype("int64") * width + segment
+    keys, first, row_to_seg = np.unique(key, return_index=True, return_inverse=True)
+    seg = scores.iloc[first][list(_KEEP)].reset_index(drop=True)
+    code = keys // width
+    starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+    sizes = np.diff(np.r_[starts, len(code)])
+    group = np.repeat(np.arange(len(starts)), sizes)
+    seg["rank"] = np.arange(len(code)) - starts[group]
+    seg["k"] = sizes[group]
+    seg["code"] = group
+    return seg, row_to_seg, keys
 
 
 def position_baseline(scores: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Rows of the ``position`` baseline for every trace in ``scores`` (see module docstring)."""
-    seg = _segmentation(scores)
-    n_bins = int(seg.drop_duplicates("trace_id")["k"].mode().max()) if len(seg) else 1
-    seg["bin"] = position_bins(seg["k"].to_numpy(), seg["rank"].to_numpy(), n_bins)
+    seg, row_to_seg, _ = _segmentation(scores)
+    if seg.empty:
+        return seg.assign(method="position", score=np.nan)
+    k = seg["k"].to_numpy()
+    n_bins = int(pd.Series(k[seg["rank"].to_numpy() == 0]).mode().max())
+    bins = position_bins(k, seg["rank"].to_numpy(), n_bins)
     outcomes = trace_outcomes(scores)
+    zeta = seg["trace_id"].map(outcomes).to_numpy(dtype="float64")
     # Unknown outcomes (NaN) form a group of their own.
-    seg["group"] = seg["trace_id"].map(outcomes).astype("float64").fillna(-np.inf)
-    ref = scores.loc[scores["method"] == reference, ["trace_id", "segment", "score"]]
-    ref = ref.loc[np.isfinite(ref["score"].to_numpy(dtype="float64"))]
-    cred = seg.merge(ref, on=["trace_id", "segment"], how="left")
-    cred["has"] = cred["score"].notna().astype("float64")
-    cred["val"] = cred["score"].fillna(0.0)
+    _, group = np.unique(np.where(np.isnan(zeta), -np.inf, zeta), return_inverse=True)
+    ref_rows = (scores["method"] == reference).to_numpy()
+    credit = scores["score"].to_numpy(dtype="float64")
+    val = np.zeros(len(seg))
+    has = np.zeros(len(seg))
+    use = ref_rows & np.isfinite(credit)
+    val[row_to_seg[use]] = credit[use]
+    has[row_to_seg[use]] = 1.0
+    trace = seg["code"].to_numpy()
+    n_t = int(trace.max()) + 1
 
-    def loto(keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        cell = cred.groupby(keys)[["val", "has"]].transform("sum")
-        own = cred.groupby([*keys, "trace_id"])[["val", "has"]].transform("sum")
-        return (cell["val"] - own["val"]).to_numpy(), (cell["has"] - own["has"]).to_numpy()
+    def loto(cell: np.ndarray, n_cells: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sum and count of the reference credits in each segment's cell, minus its trace's."""
+        own_cell = trace * n_cells + cell
+        s_all = np.bincount(cell, val, n_cells)[cell]
+        n_all = np.bincount(cell, has, n_cells)[cell]
+        s_own = np.bincount(own_cell, val, n_t * n_cells)[own_cell]
+        n_own = np.bincount(own_cell, has, n_t * n_cells)[own_cell]
+        return s_all - s_own, n_all - n_own
 
-    s_same, n_same = loto(["group", "bin"])
-    s_any, n_any = loto(["bin"])
+    n_groups = int(group.max()) + 1
+    s_same, n_same = loto(group * n_bins + bins, n_groups * n_bins)
+    s_any, n_any = loto(bins, n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         value = np.where(n_same > 0, s_same / n_same, np.where(n_any > 0, s_any / n_any, 0.0))
     out = seg.loc[:, list(_KEEP)].copy()
     out["method"] = "position"
     out["score"] = value
-    out["position_bin"] = seg["bin"].to_numpy()
+    out["position_bin"] = bins
     return out
 
 
 def uniform_baseline(scores: pd.DataFrame) -> pd.DataFrame:
     """Rows of the ``uniform`` baseline: ζ / K on every segment (NaN: outcome unknown)."""
-    seg = _segmentation(scores)
+    seg, _, _ = _segmentation(scores)
     zeta = seg["trace_id"].map(trace_outcomes(scores)).astype("float64")
     out = seg.loc[:, list(_KEEP)].copy()
     out["method"] = "uniform"
@@ -109,7 +134,8 @@ def baseline_scores(
     reference in the table). A score table already holding a row label of a baseline's name is
     refused (the report would mix them up).
     """
-    clash = sorted(set(baselines) & set(scores["method"].astype(str)))
+    labels = {str(m) for m in pd.unique(scores["method"])}
+    clash = sorted(set(baselines) & labels)
     if clash:
         raise UserError(
             f"method label {clash[0]!r} is a baseline's name; relabel those rows (--label) or "
@@ -118,7 +144,7 @@ def baseline_scores(
     parts, added, notes = [scores], [], []
     for name in baselines:
         if name == "position":
-            if reference is None or reference not in set(scores["method"]):
+            if reference is None or reference not in labels:
                 notes.append(f"position baseline omitted: the reference {reference!r} is not in "
                              "the table")
                 continue

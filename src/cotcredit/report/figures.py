@@ -316,7 +316,7 @@ def plot_credit_strips(
     """Credit strips of the first ``max_strips`` traces (in table order), methods in display
     order; returns the trace ids and the PNG paths."""
     trace_ids = [str(t) for t in pd.unique(scores["trace_id"])[: max(0, max_strips)]]
-    order = {m: i for i, m in enumerate(method_order(scores["method"]))}
+    order = {m: i for i, m in enumerate(method_order(pd.unique(scores["method"])))}
     paths: list[Path] = []
     for tid in trace_ids:
         rows = scores.loc[scores["trace_id"] == tid]

@@ -540,7 +540,10 @@ def _rollouts(r: ReportInput) -> list[Block]:
     ref = r.corr.reference or "mc"
     blocks: list[Block] = [
         ("h2", "Ceiling and rollout equivalence"),
-        ("p", f"From {ro.total} rollouts per boundary ({Path(ro.source).name}). Each boundary's "
+        ("p", f"From {ro.total} rollouts per boundary ({Path(ro.source).name})"
+              + (", on a random subset of the traces (see the traces column)"
+                 if ro.subsampled else "")
+              + ". Each boundary's "
               f"rollouts are split at random into a held-out half ({ro.held_out}) and the rest; "
               f"MC(n) = credits from n of the rest. Agreement = mean per-trace Spearman with the "
               f"held-out half's credits, averaged over {ro.splits} random splits. A method is "

@@ -7,7 +7,8 @@ both on the statistic the report shows (mean per-trace Spearman of credits, cred
 
 * **rollout equivalence.** Each boundary's rollouts are split at random into a held-out half
   (⌊N/2⌋) and the rest. MC(n) = the credits from n rollouts per boundary drawn from the rest,
-  for n = 1 .. N − ⌊N/2⌋. Per trace, MC(n)'s Spearman with the held-out half's credits, and
+  for n = 1 .. N − ⌊N/2⌋ (the first n of the rest in a random order, so MC(n) grows by one
+  rollout at a time within a split). Per trace, MC(n)'s Spearman with the held-out half's credits, and
   every method's Spearman with the same held-out credits, averaged over ``splits`` random
   splits; means over traces. A method is *worth n\\* rollouts per boundary* where the MC(n)
   curve reaches its agreement (linear interpolation between whole n; "< 1" below MC(1),
@@ -29,8 +30,8 @@ both on the statistic the report shows (mean per-trace Spearman of credits, cred
 
 Conventions, as for the baselines: a trace whose reference credits (held-out or true) are
 constant is left out of that split; an estimate (MC(n), simulated MC, a method) constant on a
-trace orders nothing and counts 0. Splitting a boundary's counts with a hypergeometric draw is a
-random split of its rollouts (they are exchangeable), so the counts suffice: they come from the
+trace orders nothing and counts 0. Placing a boundary's c correct rollouts at random among its N
+is a random order of its rollouts (they are exchangeable), so the counts suffice: they come from the
 saved rollouts (``--save-rollouts``; ``correct`` per rollout; a truncated rollout counts as
 wrong unless the Monte Carlo table's ``truncated_policy`` is ``drop``) when a rollouts table is
 given or lies beside the Monte Carlo table as ``rollouts.parquet``, else from the Monte Carlo
@@ -49,12 +50,15 @@ import numpy as np
 import pandas as pd
 
 from cotcredit import io
-from cotcredit.report.stats import Resampler, percentile_interval, rowwise, wide
+from cotcredit.report.stats import Resampler, _ranks, percentile_interval, rowwise, wide
 
 EQUIVALENCE_COLUMNS = ("method", "agreement", "ci_low", "ci_high", "rollouts", "rollouts_low",
                        "rollouts_high", "n")
 CURVE_COLUMNS = ("rollouts", "agreement", "ci_low", "ci_high", "n")
 CEILING_COLUMNS = ("rollouts", "ceiling", "ci_low", "ci_high", "n")
+#: Traces the rollout analysis uses at most (a random subset beyond), and its split budget.
+MAX_TRACES = 20_000
+SPLIT_BUDGET = 40_000
 
 
 @dataclass
@@ -80,6 +84,7 @@ class RolloutAnalysis:
     source: str
     skipped: dict[str, int] = field(default_factory=dict)
     splits: int = 10
+    subsampled: bool = False  # estimated on a random subset of the traces (``MAX_TRACES``)
 
 
 def counts_from_rollouts(rollouts: pd.DataFrame, drop_truncated: bool = False) -> pd.DataFrame:
@@ -124,13 +129,14 @@ def _credits(values: np.ndarray, zeta: np.ndarray | None) -> np.ndarray:
     return credit
 
 
-def _agreement(estimate: np.ndarray, reference: np.ndarray) -> np.ndarray:
-    """Per-row Spearman with the conventions of the module docstring."""
+def _agreement(
+    estimate: np.ndarray, reference: np.ndarray, ref_ranks: np.ndarray | None = None
+) -> np.ndarray:
+    """Per-row Spearman with the conventions of the module docstring (``ref_ranks``: the
+    reference's ranks, when already computed)."""
     ref_const = np.ptp(reference, axis=-1) == 0
     est_const = np.ptp(estimate, axis=-1) == 0
-    shape = estimate.shape[:-1]
-    k = estimate.shape[-1]
-    rho = rowwise("spearman", estimate.reshape(-1, k), reference.reshape(-1, k)).reshape(shape)
+    rho = rowwise("spearman", estimate, reference, (None, ref_ranks))
     rho = np.where(est_const, 0.0, rho)
     return np.where(ref_const, np.nan, rho)
 
@@ -146,12 +152,24 @@ def rollout_analysis(
     n_boot: int = 2000,
     seed: int = 0,
     source: str = "",
+    max_traces: int = MAX_TRACES,
 ) -> RolloutAnalysis | None:
     """Rollout equivalence of ``methods`` (rows of ``scores``, credits already as compared) and
     the ceilings, from per-boundary ``counts`` (``counts_from_rollouts``/``counts_from_mc``);
-    None when no trace has usable counts."""
+    None when no trace has usable counts.
+
+    At dataset scale the figures are estimated on a random ``max_traces`` of the traces with
+    counts (seeded; ``RolloutAnalysis.subsampled`` says so), with fewer splits (at most
+    ``SPLIT_BUDGET`` trace-splits in all, at least 2): averaging over many traces already
+    averages over splits."""
     rng = np.random.default_rng(seed)
     skipped: dict[str, int] = {}
+    ids_with = pd.Index(pd.unique(counts["trace_id"].astype(str)))
+    subsampled = len(ids_with) > max_traces
+    if subsampled:
+        ids_with = pd.Index(np.sort(rng.choice(ids_with.to_numpy(), max_traces, replace=False)))
+        counts = counts.loc[counts["trace_id"].astype(str).isin(ids_with)]
+    splits = max(1, min(splits, max(2, SPLIT_BUDGET // max(len(ids_with), 1))))
     table = counts.pivot_table(index="trace_id", columns="boundary", values=["correct", "total"],
                                aggfunc="sum")
     data = wide(scores.loc[scores["trace_id"].isin(table.index)],
@@ -202,23 +220,32 @@ def rollout_analysis(
         sim_half = np.zeros((2, splits, len(rows)))  # plug-in, one level down
         sim_all = np.zeros((2, splits, len(rows)))
         truth = _credits(c / big_n, zeta)
+        truth_ranks = _ranks(truth)
         for s in range(splits):
-            h = rng.hypergeometric(c, big_n - c, held)
+            # A random order of each boundary's rollouts (c of them correct): the first
+            # `held` are the held-out half, MC(n) uses the next n.
+            order = np.argsort(rng.random((*c.shape, big_n), dtype=np.float32), axis=-1)
+            correct = order < c[..., None]
+            h = correct[..., :held].sum(axis=-1)
             ref = _credits(h / held, zeta)
-            c_rest = c - h
+            ref_ranks = _ranks(ref)  # one ranking serves every estimate of this split
+            firsts = np.cumsum(correct[..., held:], axis=-1)
             for lev in range(1, rest + 1):
-                sub = rng.hypergeometric(c_rest, rest - c_rest, lev)
-                agree_n[s, :, lev - 1] = _agreement(_credits(sub / lev, zeta), ref)
+                sub = firsts[..., lev - 1]
+                agree_n[s, :, lev - 1] = _agreement(_credits(sub / lev, zeta), ref, ref_ranks)
             for m, x in m_vals.items():
-                agree_m[m][s] = _agreement(x, ref)
+                agree_m[m][s] = _agreement(x, ref, ref_ranks)
             # Plug-in agreement of V̂ with simulated N-rollout MC, minus its bias estimated
             # one level down (V̂* = V̂ re-estimated from simulated rollouts): V̂ carries MC's
             # noise, which makes the plug-in ceiling too high.
             v_star = rng.binomial(big_n, c / big_n) / big_n
             truth_star = _credits(v_star, zeta)
+            star_ranks = _ranks(truth_star)
             for target, size in ((sim_half, held), (sim_all, big_n)):
-                plug = _agreement(_credits(rng.binomial(size, c / big_n) / size, zeta), truth)
-                star = _agreement(_credits(rng.binomial(size, v_star) / size, zeta), truth_star)
+                plug = _agreement(_credits(rng.binomial(size, c / big_n) / size, zeta), truth,
+                                  truth_ranks)
+                star = _agreement(_credits(rng.binomial(size, v_star) / size, zeta), truth_star,
+                                  star_ranks)
                 target[0, s], target[1, s] = plug, star
         with np.errstate(invalid="ignore"), _quiet():
             curve_rows.append((rows, np.nanmean(agree_n, axis=0)))
@@ -268,7 +295,7 @@ def rollout_analysis(
     skipped["held-out half constant"] = max(0, int((~used).sum()) - sum(skipped.values()))
     return RolloutAnalysis(curve_df, pd.DataFrame(eq, columns=list(EQUIVALENCE_COLUMNS)),
                            ceiling, held, total_n, source,
-                           {k: v for k, v in skipped.items() if v > 0}, splits)
+                           {k: v for k, v in skipped.items() if v > 0}, splits, subsampled)
 
 
 def worth(curve: np.ndarray, agreement: float) -> float:

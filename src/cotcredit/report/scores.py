@@ -126,7 +126,7 @@ def check_segmentations(
     spans = scores[["trace_id", "method", "segment", "char_start", "char_end"]]
     if spans.empty:
         return
-    rank = {m: i for i, m in enumerate(method_order(spans["method"]))}
+    rank = {m: i for i, m in enumerate(method_order(pd.unique(spans["method"])))}
     first_rank = spans["method"].map(rank).groupby(spans["trace_id"]).transform("min")
     is_base = spans["method"].map(rank) == first_rank
     base = spans.loc[is_base]

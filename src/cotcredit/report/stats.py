@@ -203,17 +203,24 @@ class Resampler:
 
     def __init__(self, n_traces: int, n_boot: int, seed: int):
         self.n_traces, self.n_boot, self.seed = n_traces, n_boot, seed
+        self._counts: np.ndarray | None = None
 
-    def _weights(self):
-        """Chunks of resample weights: (rows, n_traces) counts of each trace in a resample."""
-        rng = np.random.default_rng(self.seed)
-        n = self.n_traces
-        chunk = max(1, _BOOT_CELLS // max(n, 1))
-        for start in range(0, self.n_boot, chunk):
-            size = min(chunk, self.n_boot - start)
-            idx = rng.integers(0, n, size=(size, n)) + (np.arange(size) * n)[:, None]
-            counts = np.bincount(idx.ravel(), minlength=size * n).reshape(size, n)
-            yield start, counts.astype("float64")
+    def counts(self) -> np.ndarray:
+        """(n_boot, n_traces) how often each trace is drawn in each resample; drawn once and
+        kept (one byte per cell: 200 MB for 2,000 resamples of 100,000 traces)."""
+        if self._counts is None:
+            rng = np.random.default_rng(self.seed)
+            n = self.n_traces
+            out = np.empty((self.n_boot, n), dtype=np.uint8)
+            chunk = max(1, _BOOT_CELLS // max(n, 1))
+            for start in range(0, self.n_boot, chunk):
+                size = min(chunk, self.n_boot - start)
+                idx = rng.integers(0, n, size=(size, n)) + (np.arange(size) * n)[:, None]
+                # a trace drawn more than 255 times in n draws: never at n >= 2 in practice
+                drawn = np.bincount(idx.ravel(), minlength=size * n)
+                out[start : start + size] = np.minimum(drawn, 255).reshape(size, n)
+            self._counts = out
+        return self._counts
 
     def means(self, values: np.ndarray) -> np.ndarray:
         """Resampled means of each column of ``values`` (traces x columns, NaN = undefined):
@@ -225,7 +232,10 @@ class Resampler:
         defined = np.isfinite(values)
         filled = np.where(defined, values, 0.0)
         used = defined.astype("float64")
-        for start, w in self._weights():
+        counts = self.counts()
+        chunk = max(1, _BOOT_CELLS // max(self.n_traces, 1))
+        for start in range(0, self.n_boot, chunk):
+            w = counts[start : start + chunk].astype("float64")
             num, den = w @ filled, w @ used
             with np.errstate(invalid="ignore", divide="ignore"):
                 out[start : start + len(w)] = num / den
@@ -302,12 +312,20 @@ def _rowwise_kendall(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
-def rowwise(name: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """One correlation statistic for each row of two (traces, segments) arrays."""
+def rowwise(
+    name: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    ranks: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
+) -> np.ndarray:
+    """One correlation statistic for each row of two (traces, segments) arrays; ``ranks``:
+    their average ranks when already computed (Spearman reuses them)."""
     if name == "pearson":
         return _rowwise_pearson(x, y)
     if name == "spearman":
-        return _rowwise_pearson(_ranks(x), _ranks(y))
+        rx = _ranks(x) if ranks[0] is None else ranks[0]
+        ry = _ranks(y) if ranks[1] is None else ranks[1]
+        return _rowwise_pearson(rx, ry)
     return _rowwise_kendall(x, y)
 
 
@@ -338,6 +356,14 @@ class _Group:
     traces: np.ndarray
     values: dict[str, np.ndarray]
     present: dict[str, np.ndarray]
+    _ranks: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def ranks(self, name: str) -> np.ndarray:
+        """Average ranks of one series' rows, computed once (rows with NaN: never used)."""
+        if name not in self._ranks:
+            v = self.values[name]
+            self._ranks[name] = _ranks(np.where(np.isfinite(v), v, 0.0))
+        return self._ranks[name]
 
 
 @dataclass
@@ -455,7 +481,8 @@ def _pair(
             continue
         xo, yo = x[ok], y[ok]
         zero = const_x[ok] | const_y[ok]  # a constant baseline orders nothing
-        vals = np.column_stack([rowwise(s, xo, yo) for s in STATISTICS])
+        ranks = (g.ranks(a)[ok], g.ranks(b)[ok])
+        vals = np.column_stack([rowwise(s, xo, yo, ranks) for s in STATISTICS])
         vals[zero] = 0.0
         good = np.isfinite(vals).all(axis=1)
         count(_REASONS[5], int((~good).sum()))
@@ -512,6 +539,7 @@ def correlate(
     reference: str = "mc",
     baselines: Sequence[str] = (),
     params: dict[str, Any] | None = None,
+    checked: bool = False,
 ) -> Correlations:
     """Correlate every pair of methods in ``scores`` (see the module docstring for definitions).
 
@@ -523,6 +551,8 @@ def correlate(
         reference: method for the position, top-1 and paired analyses, skipped if absent.
         baselines: row labels in ``scores`` that are text-free baselines (shown last, marked).
         params: more options to record in ``Correlations.params`` (credit definition...).
+        checked: the rows were already normalized and checked for one segmentation
+            (``load_scores`` does both); skips doing it again.
     """
     if n_boot < 0:
         raise UserError(f"n_boot must be >= 0, got {n_boot}")
@@ -530,8 +560,9 @@ def correlate(
         raise UserError(
             f"min_segments must be >= 2 (a correlation needs 2 points), got {min_segments}"
         )
-    scores = normalize(scores)
-    check_segmentations(scores)
+    if not checked:
+        scores = normalize(scores)
+        check_segmentations(scores)
     present = list(pd.unique(scores["method"]))
     base = [b for b in baselines if b in present]
     methods = method_order(m for m in present if m not in base) + base
