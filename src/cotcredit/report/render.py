@@ -487,7 +487,7 @@ EQUIVALENCE_HEADERS = [
     "worth n rollouts [95% CI]",
     "MC(n) seconds / trace",
     "method seconds / trace",
-    "method cost / MC(n)",
+    "MC(n) time / method's",
 ]
 
 
@@ -522,7 +522,7 @@ def equivalence_summary(
         interval = f"[{_fmt_n(e.rollouts_low, n_max)}, {_fmt_n(e.rollouts_high, n_max)}]"
         rows.append([name, fmt_ci(e.agreement, e.ci_low, e.ci_high),
                      f"{_fmt_n(n_star, n_max)} {interval}", fmt_seconds(mc_at_n),
-                     fmt_seconds(own), fmt_ratio(own / mc_at_n) if finite else EMPTY])
+                     fmt_seconds(own), fmt_ratio(mc_at_n / own) if finite else EMPTY])
     return pd.DataFrame(rows, columns=EQUIVALENCE_HEADERS)
 
 
@@ -554,11 +554,11 @@ def _rollouts(r: ReportInput) -> list[Block]:
         ("table", ["n", "MC(n) agreement [95% CI]", "traces"],
          [[str(int(c.rollouts)), fmt_ci(c.agreement, c.ci_low, c.ci_high), str(int(c.n))]
           for c in ro.curve.itertuples(index=False)]),
-        ("p", "Agreement ceiling: with the fitted values V̂ = correct / rollouts taken as the "
-              "truth, the agreement of its credits with simulated independent N-rollout Monte "
-              "Carlo estimates (a plug-in estimate, same statistic). The held-out row bounds "
-              f"the equivalence column above; the {ro.total}-rollout row bounds the agreement "
-              "summary."),
+        ("p", "Agreement ceiling: how well error-free values would agree with an N-rollout "
+              "Monte Carlo on the same statistic, simulated from the fitted values V̂ = correct "
+              "/ rollouts with a bootstrap bias correction (V̂ carries MC's noise: the plug-in "
+              f"alone is too high). The {ro.held_out}-rollout row bounds the equivalence "
+              f"column above; the {ro.total}-rollout row bounds the agreement summary."),
         _frame_block(ceiling_summary(ro)),
     ]
     if ro.skipped:
