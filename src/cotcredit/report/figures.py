@@ -342,13 +342,15 @@ def plot_rollout_equivalence(analysis, path: Path, labels: Mapping[str, str] | N
     colors = colormaps["tab10"].colors
     for i, row in enumerate(analysis.equivalence.itertuples(index=False)):
         name = (labels or {}).get(row.method, row.method)
-        ax.axhline(row.agreement, color=colors[(i + 1) % 10], linewidth=1.2, label=name)
+        style = ":" if name.endswith("(baseline)") else "-"  # baselines read no text
+        ax.axhline(row.agreement, color=colors[(i + 1) % 10], linewidth=1.2, linestyle=style,
+                   label=name)
     half = analysis.ceiling.loc[analysis.ceiling["rollouts"] == analysis.held_out, "ceiling"]
     if len(half):
         ax.axhline(float(half.iloc[0]), color="#444444", linestyle="--", linewidth=1,
                    label="ceiling (error-free values)")
     ax.set_xlabel("rollouts per boundary n")
-    ax.set_ylabel(f"mean per-trace Spearman with {analysis.held_out} held-out rollouts")
+    ax.set_ylabel(f"Spearman with {analysis.held_out} held-out rollouts")
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
