@@ -80,8 +80,9 @@ def plot_heatmap(correlations: Correlations, path: Path) -> Path:
     ax = fig.add_subplot()
     cmap = ListedColormap(_cmap_colors("RdBu"), name="rdbu_grey").with_extremes(bad="#d9d9d9")
     image = ax.imshow(matrix.to_numpy(dtype="float64"), cmap=cmap, vmin=-1, vmax=1)
-    ax.set_xticks(range(n), labels=list(matrix.columns), rotation=40, ha="right")
-    ax.set_yticks(range(n), labels=list(matrix.index))
+    names = [correlations.label(m) for m in matrix.columns]  # baselines marked
+    ax.set_xticks(range(n), labels=names, rotation=40, ha="right")
+    ax.set_yticks(range(n), labels=names)
     for i in range(n):
         for j in range(n):
             v = matrix.iat[i, j]
@@ -131,9 +132,10 @@ def plot_scatter_matrix(
         ax.scatter(both[a], both[b], s=6, alpha=0.45, color="#1f5fa8", rasterized=True)
         rho = correlations.value(a, b, "pooled_spearman")
         sub = f"pooled Spearman {rho:.2f}" if math.isfinite(rho) else "no usable trace"
-        ax.set_title(f"{a} vs {b}\n{sub}, {len(both)} points", fontsize=9)
-        ax.set_xlabel(a, fontsize=8)
-        ax.set_ylabel(b, fontsize=8)
+        la, lb = correlations.label(a), correlations.label(b)
+        ax.set_title(f"{la} vs {lb}\n{sub}, {len(both)} points", fontsize=9)
+        ax.set_xlabel(la, fontsize=8)
+        ax.set_ylabel(lb, fontsize=8)
         ax.tick_params(labelsize=7)
     fig.suptitle("Per-segment scores, pooled over traces")
     fig.tight_layout()
