@@ -161,3 +161,15 @@ def test_paired_differences_equal_naive_per_trace_means():
                         for t in df["trace_id"].unique()
                         if np.ptp(rows_of(scores, "mc", t)["score"]) > 0])
     assert mean == pytest.approx(naive, abs=1e-12)
+
+
+def test_compare_checks_report_options_before_running_anything(tmp_path):
+    import cotcredit
+    from cotcredit.comparison import ReportOptions
+
+    missing = tmp_path / "no-such-traces.jsonl"  # never read: the options fail first
+    for bad, match in ((ReportOptions(credit="values"), "--credit"),
+                       (ReportOptions(baselines="position,oracle"), "--baselines"),
+                       (ReportOptions(splits=0), "--splits")):
+        with pytest.raises(UserError, match=match):
+            cotcredit.compare(missing, methods="rredcot,mc", report=bad)

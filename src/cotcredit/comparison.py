@@ -31,7 +31,7 @@ from cotcredit.report import (
     write_report,
 )
 from cotcredit.report.baselines import baseline_scores, parse_baselines
-from cotcredit.report.credit import trace_outcomes, value_credit, value_methods
+from cotcredit.report.credit import CREDITS, trace_outcomes, value_credit, value_methods
 from cotcredit.report.localization import ERROR_FIELD, Localization, error_offsets, localize
 from cotcredit.report.rollouts import (
     RolloutAnalysis,
@@ -485,6 +485,13 @@ def compare(
     report (the others return None).
     """
     report = report or ReportOptions()
+    # The report's options are checked before any method runs (or any model loads).
+    parse_baselines(report.baselines)
+    if report.credit not in CREDITS:
+        raise UserError(f"--credit: unknown definition {report.credit!r} (known: "
+                        f"{', '.join(CREDITS)})")
+    if report.splits < 1:
+        raise UserError(f"--splits must be at least 1, got {report.splits}")
     stats = {"reference": report.reference, "n_boot": report.bootstrap,
              "min_segments": report.min_segments, "credit": report.credit,
              "baselines": report.baselines, "error_field": report.error_field,

@@ -42,6 +42,7 @@ boundaries do not match their segments are left out and counted.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from cotcredit import io
-from cotcredit.report.stats import Resampler, _ranks, percentile_interval, rowwise, wide
+from cotcredit.report.stats import Resampler, average_ranks, percentile_interval, rowwise, wide
 
 EQUIVALENCE_COLUMNS = ("method", "agreement", "ci_low", "ci_high", "rollouts", "rollouts_low",
                        "rollouts_high", "n")
@@ -220,7 +221,7 @@ def rollout_analysis(
         sim_half = np.zeros((2, splits, len(rows)))  # plug-in, one level down
         sim_all = np.zeros((2, splits, len(rows)))
         truth = _credits(c / big_n, zeta)
-        truth_ranks = _ranks(truth)
+        truth_ranks = average_ranks(truth)
         for s in range(splits):
             # A random order of each boundary's rollouts (c of them correct): the first
             # `held` are the held-out half, MC(n) uses the next n.
@@ -228,7 +229,7 @@ def rollout_analysis(
             correct = order < c[..., None]
             h = correct[..., :held].sum(axis=-1)
             ref = _credits(h / held, zeta)
-            ref_ranks = _ranks(ref)  # one ranking serves every estimate of this split
+            ref_ranks = average_ranks(ref)  # one ranking serves every estimate of this split
             firsts = np.cumsum(correct[..., held:], axis=-1)
             for lev in range(1, rest + 1):
                 sub = firsts[..., lev - 1]
@@ -240,14 +241,15 @@ def rollout_analysis(
             # noise, which makes the plug-in ceiling too high.
             v_star = rng.binomial(big_n, c / big_n) / big_n
             truth_star = _credits(v_star, zeta)
-            star_ranks = _ranks(truth_star)
+            star_ranks = average_ranks(truth_star)
             for target, size in ((sim_half, held), (sim_all, big_n)):
                 plug = _agreement(_credits(rng.binomial(size, c / big_n) / size, zeta), truth,
                                   truth_ranks)
                 star = _agreement(_credits(rng.binomial(size, v_star) / size, zeta), truth_star,
                                   star_ranks)
                 target[0, s], target[1, s] = plug, star
-        with np.errstate(invalid="ignore"), _quiet():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: left out in every split
             curve_rows.append((rows, np.nanmean(agree_n, axis=0)))
             for m, a in agree_m.items():
                 per_method[m][rows] = np.nanmean(a, axis=0)
@@ -314,20 +316,6 @@ def worth(curve: np.ndarray, agreement: float) -> float:
         return 1.0
     lo, hi = mono[j - 1], mono[j]
     return float(j + (agreement - lo) / (hi - lo)) if hi > lo else float(j + 1)
-
-
-class _quiet:
-    """Silence numpy's warnings about all-NaN slices (traces left out in every split)."""
-
-    def __enter__(self):
-        import warnings
-
-        self._ctx = warnings.catch_warnings()
-        self._ctx.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-
-    def __exit__(self, *exc):
-        return self._ctx.__exit__(*exc)
 
 
 def find_rollouts(mc_table: Path | str | None, given: str | Path | None = None) -> Path | None:

@@ -272,7 +272,7 @@ def bootstrap_p(boot: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- per-trace statistics
 
 
-def _ranks(a: np.ndarray) -> np.ndarray:
+def average_ranks(a: np.ndarray) -> np.ndarray:
     """Average ranks along the last axis (ties share their mean rank), as
     ``scipy.stats.rankdata`` gives them."""
     return stats.rankdata(a, method="average", axis=-1)
@@ -323,8 +323,8 @@ def rowwise(
     if name == "pearson":
         return _rowwise_pearson(x, y)
     if name == "spearman":
-        rx = _ranks(x) if ranks[0] is None else ranks[0]
-        ry = _ranks(y) if ranks[1] is None else ranks[1]
+        rx = average_ranks(x) if ranks[0] is None else ranks[0]
+        ry = average_ranks(y) if ranks[1] is None else ranks[1]
         return _rowwise_pearson(rx, ry)
     return _rowwise_kendall(x, y)
 
@@ -362,7 +362,7 @@ class _Group:
         """Average ranks of one series' rows, computed once (rows with NaN: never used)."""
         if name not in self._ranks:
             v = self.values[name]
-            self._ranks[name] = _ranks(np.where(np.isfinite(v), v, 0.0))
+            self._ranks[name] = average_ranks(np.where(np.isfinite(v), v, 0.0))
         return self._ranks[name]
 
 
