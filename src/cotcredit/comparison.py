@@ -30,7 +30,7 @@ from cotcredit.report import (
     load_scores,
     write_report,
 )
-from cotcredit.report.baselines import baseline_scores, parse_baselines
+from cotcredit.report.baselines import baseline_rows, parse_baselines
 from cotcredit.report.credit import CREDITS, trace_outcomes, value_credit, value_methods
 from cotcredit.report.localization import ERROR_FIELD, Localization, error_offsets, localize
 from cotcredit.report.rollouts import (
@@ -48,6 +48,7 @@ from cotcredit.report.scores import (
     read_columns,
     table_schema,
 )
+from cotcredit.report.stats import HALF_COLUMNS
 from cotcredit.segmentation import SegmentOptions
 
 if TYPE_CHECKING:  # the report stack (pandas, scipy, matplotlib) loads when a report is made
@@ -83,10 +84,17 @@ class CompareResult:
 class Analysis:
     """The report's statistics before anything is written (``analyse``)."""
 
-    scores: pd.DataFrame  # the compared rows, credits as defined, baselines included
+    rows: pd.DataFrame  # the methods' rows, credits as defined
+    baseline_rows: pd.DataFrame  # the baselines' rows
     correlations: Correlations
     localization: Localization | None
     rollouts: RolloutAnalysis | None
+
+    @property
+    def scores(self) -> pd.DataFrame:
+        """Every compared row, baselines included (built on demand: at dataset scale it is
+        a copy of the whole table)."""
+        return pd.concat([self.rows, self.baseline_rows], ignore_index=True)
 
 
 
@@ -329,7 +337,14 @@ def analyse(
         check_segmentations(scores)
     offsets = error_offsets(scores, error_field, sources)
     credited = value_credit(scores, credit)
-    with_baselines, added, notes = baseline_scores(credited, names, reference)
+    base_rows, added, notes = baseline_rows(credited, names, reference)
+    # The statistics read a few columns: concatenating only those keeps a second copy of a
+    # large table (its texts above all) out of memory.
+    wanted = ["trace_id", "segment", "method", "score", "char_start", "char_end",
+              *(c for c in (*HALF_COLUMNS, error_field) if c in credited.columns)]
+    with_baselines = pd.concat([credited[wanted], base_rows[[c for c in wanted
+                                                              if c in base_rows]]],
+                               ignore_index=True)
     corr = correlate(
         with_baselines, n_boot=n_boot, seed=seed, min_segments=min_segments,
         reference=reference, baselines=added, checked=True,
@@ -356,7 +371,7 @@ def analyse(
                 outcomes=trace_outcomes(scores), splits=splits, n_boot=n_boot, seed=seed,
                 source=source,
             )
-    return Analysis(with_baselines, corr, localization, ro)
+    return Analysis(credited, base_rows, corr, localization, ro)
 
 
 def compare_scores(
@@ -396,9 +411,10 @@ def compare_scores(
         notes["rollout counts"] = (io.relative(Path(src), where) if Path(src).exists() else src)
     for note in result.correlations.params.get("notes", []):
         notes.setdefault("baselines", note)
-    files = write_report(result.scores, result.correlations, Path(out_dir), notes=notes,
+    compared = result.scores
+    files = write_report(compared, result.correlations, Path(out_dir), notes=notes,
                          localization=result.localization, rollouts=result.rollouts)
-    return CompareResult(result.scores, result.correlations, files,
+    return CompareResult(compared, result.correlations, files,
                          dict(sources or {}) if named else {}, localization=result.localization,
                          rollouts=result.rollouts)
 

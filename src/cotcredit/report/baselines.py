@@ -128,9 +128,17 @@ def uniform_baseline(scores: pd.DataFrame) -> pd.DataFrame:
 def baseline_scores(
     scores: pd.DataFrame, baselines: Sequence[str], reference: str | None
 ) -> tuple[pd.DataFrame, list[str], list[str]]:
-    """``scores`` with the rows of ``baselines`` appended.
+    """``scores`` with the rows of ``baselines`` appended (``baseline_rows``)."""
+    rows, added, notes = baseline_rows(scores, baselines, reference)
+    return pd.concat([scores, rows], ignore_index=True), added, notes
 
-    Returns (scores, the baselines added, notes on those left out: ``position`` without the
+
+def baseline_rows(
+    scores: pd.DataFrame, baselines: Sequence[str], reference: str | None
+) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """The rows of ``baselines`` for the traces of ``scores``.
+
+    Returns (rows, the baselines added, notes on those left out: ``position`` without the
     reference in the table). A score table already holding a row label of a baseline's name is
     refused (the report would mix them up).
     """
@@ -141,7 +149,7 @@ def baseline_scores(
             f"method label {clash[0]!r} is a baseline's name; relabel those rows (--label) or "
             "leave the baseline out (--baselines)"
         )
-    parts, added, notes = [scores], [], []
+    parts, added, notes = [], [], []
     for name in baselines:
         if name == "position":
             if reference is None or reference not in labels:
@@ -152,4 +160,6 @@ def baseline_scores(
         else:
             parts.append(uniform_baseline(scores))
         added.append(name)
-    return pd.concat(parts, ignore_index=True), added, notes
+    empty = pd.DataFrame(columns=[*_KEEP, "method", "score"])
+    rows = pd.concat(parts, ignore_index=True) if parts else empty
+    return rows, added, notes

@@ -65,7 +65,7 @@ def value_credit(scores: pd.DataFrame, credit: str = "differences") -> pd.DataFr
     the original score is kept in ``score_as_written``). See the module docstring."""
     if credit not in CREDITS:
         raise UserError(f"--credit: unknown definition {credit!r} (known: {', '.join(CREDITS)})")
-    out = scores.copy()
+    out = scores.copy(deep=False)  # copy-on-write: only the replaced column is new
     if credit == "score":
         return out
     methods = value_methods(out)

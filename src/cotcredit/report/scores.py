@@ -34,7 +34,7 @@ def normalize(scores: pd.DataFrame, where: str = "score table") -> pd.DataFrame:
             f"{where}: missing column(s) {', '.join(missing)}; expected a cotcredit score table "
             f"with {', '.join(REQUIRED_COLUMNS)}"
         )
-    out = scores.copy()
+    out = scores.copy(deep=False)  # copy-on-write: only retyped columns are new
     for col in ("trace_id", "method"):
         if out[col].isna().any():
             raise UserError(f"{where}: column {col!r} has empty values; every row needs one")
