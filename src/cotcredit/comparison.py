@@ -22,33 +22,6 @@ from cotcredit.errors import UserError
 from cotcredit.methods import get_method, label_to_method, method_order, registry
 from cotcredit.options import build_options, option, parse_sets, read_config
 from cotcredit.pipeline import SEGMENTS, InputOptions, RunSummary, check_inputs, run_analysis
-from cotcredit.report import (
-    Correlations,
-    ReportFiles,
-    correlate,
-    cost_summary,
-    load_scores,
-    write_report,
-)
-from cotcredit.report.baselines import baseline_rows, parse_baselines
-from cotcredit.report.credit import CREDITS, trace_outcomes, value_credit, value_methods
-from cotcredit.report.localization import ERROR_FIELD, Localization, error_offsets, localize
-from cotcredit.report.rollouts import (
-    RolloutAnalysis,
-    counts_from_mc,
-    counts_from_rollouts,
-    find_rollouts,
-    read_rollouts,
-    rollout_analysis,
-)
-from cotcredit.report.scores import (
-    REQUIRED_COLUMNS,
-    check_segmentations,
-    normalize,
-    read_columns,
-    table_schema,
-)
-from cotcredit.report.stats import HALF_COLUMNS
 from cotcredit.segmentation import SegmentOptions
 
 if TYPE_CHECKING:  # the report stack (pandas, scipy, matplotlib) loads when a report is made
@@ -56,6 +29,11 @@ if TYPE_CHECKING:  # the report stack (pandas, scipy, matplotlib) loads when a r
 
     from cotcredit.lm import Scorer
     from cotcredit.report import Correlations, ReportFiles
+    from cotcredit.report.localization import Localization
+    from cotcredit.report.rollouts import RolloutAnalysis
+
+#: Default column of first-error offsets (``cotcredit.report.localization.ERROR_FIELD``).
+ERROR_FIELD = "error_char"
 
 #: The report folder inside the folder searched for score tables.
 REPORT_FOLDER = "report"
@@ -94,6 +72,8 @@ class Analysis:
     def scores(self) -> pd.DataFrame:
         """Every compared row, baselines included (built on demand: at dataset scale it is
         a copy of the whole table)."""
+        import pandas as pd
+
         return pd.concat([self.rows, self.baseline_rows], ignore_index=True)
 
 
@@ -331,6 +311,22 @@ def analyse(
     ceilings (when the reference is Monte Carlo with counts: a rollouts table, given or beside
     its table, or the table's own counts). Inputs are checked before anything is computed;
     ``checked``: the rows come from ``load_scores`` (normalized, one segmentation)."""
+    import pandas as pd
+
+    from cotcredit.report import correlate
+    from cotcredit.report.baselines import baseline_rows, parse_baselines
+    from cotcredit.report.credit import trace_outcomes, value_credit, value_methods
+    from cotcredit.report.localization import error_offsets, localize
+    from cotcredit.report.rollouts import (
+        counts_from_mc,
+        counts_from_rollouts,
+        find_rollouts,
+        read_rollouts,
+        rollout_analysis,
+    )
+    from cotcredit.report.scores import check_segmentations, normalize
+    from cotcredit.report.stats import HALF_COLUMNS
+
     names = parse_baselines(baselines)
     if not checked:
         scores = normalize(scores)
@@ -389,7 +385,7 @@ def compare_scores(
     ``methods`` keeps only those row labels' rows (a table may hold others); ``sources`` (label
     -> table) is recorded in the report's notes and the result.
     """
-    from cotcredit.report import correlate, load_scores, write_report
+    from cotcredit.report import load_scores, write_report
 
     scores = load_scores(list(paths), methods)
     if sources is None:
@@ -502,6 +498,9 @@ def compare(
     """
     report = report or ReportOptions()
     # The report's options are checked before any method runs (or any model loads).
+    from cotcredit.report.baselines import parse_baselines
+    from cotcredit.report.credit import CREDITS
+
     parse_baselines(report.baselines)
     if report.credit not in CREDITS:
         raise UserError(f"--credit: unknown definition {report.credit!r} (known: "
