@@ -274,7 +274,7 @@ def test_summary_table_printed_to_a_pipe_is_not_cut(tmp_path, monkeypatch, capsy
     assert code == 0, err
     assert "…" not in stdout
     header = next(line for line in stdout.splitlines() if "Spearman" in line)
-    assert "pooled Spearman" in header and "skipped" in header and len(header) > 80
+    assert "Spearman [95% CI]" in header and "top-1 [95% CI]" in header and len(header) > 80
     # COLUMNS, when a user sets it, is still obeyed.
     monkeypatch.setenv("COLUMNS", "60")
     from cotcredit import cli
