@@ -144,7 +144,7 @@ def test_the_user_session_as_typed(tiny_model_dir, traces_file, tmp_path, capsys
     assert code == 0, err
     for line in ("rredcot: rredcot.parquet", "mc: mc.parquet", "loo: attr.parquet"):
         assert line in err
-    assert "Method agreement" in stdout and "report: report/report.html" in err
+    assert "Agreement with mc" in stdout and "report: report/report.html" in err
     # Every command segmented the same way, deterministically.
     spans = ["trace_id", "segment", "char_start", "char_end"]
     seg = pd.read_parquet("segments.parquet")[spans]

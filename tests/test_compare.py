@@ -41,7 +41,7 @@ def test_compare_end_to_end(tiny_model_dir, traces_file, tmp_path, capsys):
     assert list(corr.columns) == ["trace_id", "method_a", "method_b", "statistic", "value", "ci_low", "ci_high", "n"]
     assert {"rredcot", "loo"} <= set(corr.method_a) | set(corr.method_b)
     assert (out / "report.html").exists() and (out / "report.md").exists()
-    assert "Method agreement" in stdout
+    assert "Agreement with mc" in stdout
     # Correlating the files again gives the same table.
     code, _, err = run(["compare", "--scores", out / "rredcot.parquet", out / "loo.parquet",
                         "-o", tmp_path / "again", "--bootstrap", "50"], capsys)
@@ -132,7 +132,8 @@ def test_find_score_tables_default_names_and_shared_attr_table(tmp_path):
     found = find_score_tables(tmp_path, "rredcot,mc")
     assert found == {"rredcot": tmp_path / "my-run.parquet", "mc": tmp_path / "mc.parquet"}
     result = compare_folder(tmp_path, "rredcot,mc", n_boot=20)
-    assert len(result.scores) == len(mc) + len(pd.read_parquet(tmp_path / "my-run.parquet"))
+    methods = result.scores.loc[result.scores["method"] != "position"]  # the baseline's rows
+    assert len(methods) == len(mc) + len(pd.read_parquet(tmp_path / "my-run.parquet"))
 
 
 def test_find_score_tables_gradient_labels(tmp_path):
@@ -198,9 +199,10 @@ def test_compare_without_inputs_writes_report_and_says_which_tables(tmp_path, mo
     code, stdout, err = run(["compare", "--methods", "rredcot,mc,loo", "--bootstrap", "50"], capsys)
     assert code == 0, err
     assert "rredcot: rredcot.parquet" in err and "mc: mc.parquet" in err and "loo: attr.parquet" in err
-    assert "Method agreement" in stdout
+    assert "Agreement with mc" in stdout and "Paired differences" in stdout
     corr = pd.read_parquet(tmp_path / "report" / "correlations.parquet")
-    assert set(corr["method_a"]) | set(corr["method_b"]) == {"rredcot", "mc", "loo"}  # not shapley
+    # not shapley; the position baseline is a row of its own
+    assert set(corr["method_a"]) | set(corr["method_b"]) == {"rredcot", "mc", "loo", "position"}
     # Inputs are named relative to the report folder: no path of this machine in the report.
     for name in ("report.md", "report.html"):
         text = (tmp_path / "report" / name).read_text()
@@ -251,7 +253,9 @@ def test_user_sequence_redistribute_attribute_compare(tiny_model_dir, traces_fil
                          & (corr["method_a"] == "rredcot") & (corr["method_b"] == "loo")]
     assert len(per_trace) >= 1
     for r in per_trace.itertuples():
-        x = rredcot.loc[rredcot["trace_id"] == r.trace_id].sort_values("segment")["score"]
+        # --credit differences (the default): rredcot's value differences, not its rewards
+        own = rredcot.loc[rredcot["trace_id"] == r.trace_id].sort_values("segment")
+        x = own["g_after"] - own["g_before"]
         y = loo.loc[loo["trace_id"] == r.trace_id].sort_values("segment")["score"]
         assert r.value == pytest.approx(x.corr(y, method="spearman"), abs=1e-9)
     assert {"rredcot", "loo"} <= set(corr.loc[corr["method_b"] == "mc", "method_a"]) | set(
@@ -270,7 +274,7 @@ def test_summary_table_printed_to_a_pipe_is_not_cut(tmp_path, monkeypatch, capsy
     assert code == 0, err
     assert "…" not in stdout
     header = next(line for line in stdout.splitlines() if "Spearman" in line)
-    assert "pooled Spearman" in header and "skipped" in header and len(header) > 80
+    assert "Spearman [95% CI]" in header and "top-1 [95% CI]" in header and len(header) > 80
     # COLUMNS, when a user sets it, is still obeyed.
     monkeypatch.setenv("COLUMNS", "60")
     from cotcredit import cli

@@ -84,11 +84,8 @@ def test_split_half_equals_naive_scipy(study):
         assert mean["value"] == pytest.approx(np.mean(values), abs=1e-12)
         assert mean["n"] == 20
         assert mean["ci_low"] <= mean["value"] <= mean["ci_high"]
-        stepped = aggregate(table, "mc", "mc", f"spearman_brown_{name}")
-        r = np.mean(values)
-        assert stepped["value"] == pytest.approx(2 * r / (1 + r), abs=1e-12)
-        assert stepped["ci_low"] == pytest.approx(2 * mean["ci_low"] / (1 + mean["ci_low"]))
-        assert stepped["ci_high"] == pytest.approx(2 * mean["ci_high"] / (1 + mean["ci_high"]))
+    # No Spearman-Brown step-up of a mean of per-trace rank correlations.
+    assert not table["statistic"].str.contains("spearman_brown").any()
     # Only mc has halves: no split-half rows for the other methods.
     halves = table.loc[table["statistic"].str.contains("split_half|spearman_brown")]
     assert set(halves["method_a"]) == set(halves["method_b"]) == {"mc"}
@@ -134,15 +131,14 @@ def test_split_half_skips_unusable_traces_and_is_silent_without_columns():
     assert (without.skipped["method_a"] != without.skipped["method_b"]).all()
 
 
-def test_terminal_summary_shows_the_ceiling(study):
+def test_terminal_summary_shows_the_split_half(study):
     _, corr, _ = study
     console = Console(width=250, record=True)
     console.print(summary_table(corr))
     text = console.export_text()
     r = corr.value("mc", "mc", "mean_split_half_spearman")
-    sb = corr.value("mc", "mc", "spearman_brown_spearman")
     assert re.search(rf"mc split-half .*{r:.3f}", text)
-    assert re.search(rf"mc Spearman–Brown .*{sb:.3f}", text)
+    assert "Spearman–Brown" not in text
 
 
 # ------------------------------------------------------------------------------- costs
@@ -228,15 +224,14 @@ def cell(value: float, low: float, high: float) -> str:
 def test_latex_agreement_table_matches_correlations(study):
     _, corr, files = study
     text = files.latex.read_text()
-    agreement, costs = latex_tables(text)
+    agreement, _paired, costs = latex_tables(text)  # agreement, paired differences, costs
     header, *rows = agreement
     assert header[0] == "comparison" and header[1] == r"Spearman [95\% CI]"
     by_label = {r[0]: r[1:] for r in rows}
     assert list(by_label) == [
         "rredcot vs mc",
         "loo vs mc",
-        "mc split-half",
-        "mc split-half, Spearman--Brown",
+        "mc split-half (half vs half)",
     ]
     table = pd.read_parquet(files.correlations)
 
@@ -252,10 +247,7 @@ def test_latex_agreement_table_matches_correlations(study):
         assert kendall == expect(a, b, "mean_kendall")
         assert top1 == expect(method, "mc", "top1_agreement")
         assert traces == str(aggregate(table, a, b, "mean_spearman")["n"])
-    for label, prefix in (
-        ("mc split-half", "mean_split_half"),
-        ("mc split-half, Spearman--Brown", "spearman_brown"),
-    ):
+    for label, prefix in (("mc split-half (half vs half)", "mean_split_half"),):
         spearman, pearson, kendall, top1, _ = by_label[label]
         assert [spearman, pearson, kendall] == [
             expect("mc", "mc", f"{prefix}_{s}") for s in ("spearman", "pearson", "kendall")
@@ -318,10 +310,11 @@ def test_report_sections_show_ceiling_next_to_agreement(study):
     md = files.markdown.read_text()
     summary = md[md.index("## Agreement summary") : md.index("## Mean per-trace")]
     r = corr.value("mc", "mc", "mean_split_half_spearman")
-    assert "| rredcot vs mc |" in summary and f"| mc split-half | {r:.3f}" in summary
-    assert "## Split-half reliability" in md
+    assert "| rredcot vs mc |" in summary
+    assert f"| mc split-half (half vs half) | {r:.3f}" in summary
+    assert "## Split-half agreement" in md
     html = files.html.read_text()
-    assert "mc split-half, Spearman–Brown" in html
+    assert "Spearman–Brown" not in html.replace("Spearman–Brown applies", "")
 
 
 def test_report_of_a_folder_table(tmp_path):

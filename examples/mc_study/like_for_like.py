@@ -1,59 +1,55 @@
-"""A supplementary analysis of the Monte Carlo study, added after its results were seen.
+"""The Monte Carlo study under each credit definition, from the checked-in tables (no model).
 
     python examples/mc_study/like_for_like.py        # prints like_for_like.md's table
 
-RREDCoT's rewards are a redistribution of the outcome: by default the first segment also gets
-g_0 (the value of the prompt alone) and the last also gets ζ − g_K, so the rewards sum to ζ.
-Monte Carlo's credits are the differences V_k − V_(k−1) of its values alone. On the first and
-last segments of a trace the two columns therefore measure different things. This script puts
-RREDCoT's value differences g_k − g_(k−1) (columns g_after − g_before of the same table, no new
-model run) next to Monte Carlo's, with the same statistics `compare` computes, so the study can
-tell the estimates apart from the bookkeeping.
+Added after the study's results were seen. RREDCoT's rewards carry bookkeeping that MC's credits
+do not: the first segment also gets g_0 and the last ζ − g_K, so that the rewards sum to the
+outcome. `compare --credit` declares what is correlated: `differences` (the default: value
+differences for both), `return` (both get their start value first and ζ − last value last) and
+`score` (the tables as written: RREDCoT's rewards against MC's differences, what the first
+report compared). This script runs `compare`'s analysis under each and prints the agreement with
+MC and the paired differences that matter, against the position baseline among them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
-from cotcredit.report.stats import correlate
+from cotcredit.comparison import analyse
+from cotcredit.report import load_scores
+from cotcredit.report.format import fmt_ci
 
 HERE = Path(__file__).resolve().parent
+TABLES = ["rredcot.parquet", "mc.parquet", "attr.parquet"]
 
 
 def main() -> None:
-    rredcot = pd.read_parquet(HERE / "rredcot.parquet")
-    mc = pd.read_parquet(HERE / "mc.parquet")
-    delta = rredcot.assign(method="rredcot-delta",
-                           score=rredcot["g_after"] - rredcot["g_before"])
-    keep = ["trace_id", "segment", "char_start", "char_end", "text", "method", "score"]
-    scores = pd.concat([rredcot[keep], delta[keep], mc[keep]], ignore_index=True)
-    agg = correlate(scores, n_boot=2000, seed=0).aggregates()
-
-    def cell(a: str, statistic: str) -> str:
-        hit = agg.loc[(agg["method_a"].isin([a, "mc"])) & (agg["method_b"].isin([a, "mc"]))
-                      & (agg["method_a"] != agg["method_b"]) & (agg["statistic"] == statistic)]
-        if hit.empty:
-            return "–"
-        r = hit.iloc[0]
-        if pd.isna(r["ci_low"]):
-            return f"{r['value']:.3f}"
-        return f"{r['value']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-
+    scores = load_scores([HERE / t for t in TABLES], ["rredcot", "mc", "loo", "shapley"])
     lines = [
-        "| compared with mc | Spearman [95% CI] | Pearson [95% CI] | top-1 [95% CI] | "
-        "early Spearman | late Spearman |",
+        "| --credit | rredcot vs mc | position (baseline) vs mc | rredcot − position | "
+        "rredcot − loo | rredcot − shapley |",
         "|---|---|---|---|---|---|",
     ]
-    for method, label in (("rredcot", "rredcot (rewards, the default)"),
-                          ("rredcot-delta", "rredcot value differences g_k − g_(k−1)")):
-        lines.append(
-            f"| {label} | {cell(method, 'mean_spearman')} | {cell(method, 'mean_pearson')} | "
-            f"{cell(method, 'top1_agreement')} | {cell(method, 'early_spearman')} | "
-            f"{cell(method, 'late_spearman')} |"
-        )
-    text = "\n".join(lines) + "\n"
+    for credit in ("differences", "return", "score"):
+        corr = analyse(scores, credit=credit, baselines="position", n_boot=2000, seed=0,
+                       checked=True, rollouts=HERE / "rollouts.parquet").correlations
+        agg = corr.aggregates().set_index(["method_a", "method_b", "statistic"])
+        paired = corr.paired.set_index(["method", "versus", "statistic"])
+
+        def mean(a: str, agg=agg) -> str:
+            hit = [k for k in ((a, "mc"), ("mc", a)) if (*k, "mean_spearman") in agg.index][0]
+            r = agg.loc[(*hit, "mean_spearman")]
+            return fmt_ci(r["value"], r["ci_low"], r["ci_high"])
+
+        def diff(a: str, b: str, paired=paired) -> str:
+            r = paired.loc[(a, b, "mean_spearman")]
+            return fmt_ci(r["difference"], r["ci_low"], r["ci_high"])
+
+        lines.append(f"| {credit} | {mean('rredcot')} | {mean('position')} | "
+                     f"{diff('rredcot', 'position')} | {diff('rredcot', 'loo')} | "
+                     f"{diff('rredcot', 'shapley')} |")
+    text = ("Mean per-trace Spearman with mc and paired differences (95% bootstrap CI over "
+            "traces, 2,000 resamples)\n\n" + "\n".join(lines) + "\n")
     (HERE / "like_for_like.md").write_text(text)
     print(text)
 

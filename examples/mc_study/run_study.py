@@ -21,6 +21,16 @@ fixed here, before any result was seen:
   rollouts counted as wrong. MC's split halves (even/odd rollouts) give its reliability.
 - Comparison: `cotcredit compare` with MC as the reference (per-trace Pearson, Spearman and
   Kendall with bootstrap CIs, pooled, early/late halves, top-1 agreement, cost per method).
+
+Changed after the results were seen (the data and every score table are the original run's;
+only the comparison was redone, from the checked-in tables, no model run): the report now
+correlates like-for-like credits (`--credit differences`: value differences for RREDCoT and MC
+alike, where the first report compared RREDCoT's rewards, carrying g_0 and the terminal
+correction, with MC's differences), adds the text-free baselines `position` and `uniform`,
+states every comparison as a paired per-trace difference with its bootstrap CI, and replaces
+the Spearman–Brown "ceiling" by rollout equivalence and a simulated ceiling from the saved
+rollouts. The trigger was a reviewer's check that a position-by-outcome mean of MC's credits
+beats every method.
 """
 
 from __future__ import annotations
@@ -75,7 +85,7 @@ def main() -> None:
                          str(args.rollouts), "--temperature", "0.7", "--max-new-tokens", "64",
                          "--save-rollouts", "rollouts.parquet", *segmented]),
         ("report", ["compare", "--methods", METHODS, "-o", "report", "--bootstrap",
-                    str(args.bootstrap)]),
+                    str(args.bootstrap), "--baselines", "position,uniform"]),
     ]
     log = {}
     for name, argv in steps:

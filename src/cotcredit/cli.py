@@ -354,12 +354,16 @@ def compare(
         _report(result.run, quiet)
     if quiet:
         return
-    from cotcredit.report import cost_table, summary_table
+    from cotcredit.report import cost_table, summary_table, terminal
 
     for label, path in result.sources.items():
         err.print(f"{label}: {path}", markup=False, highlight=False)
-    out.print(summary_table(result.correlations))
+    corr = result.correlations
     costs = result.costs()
+    if corr.reference is None:
+        out.print(summary_table(corr))
+    for table in terminal.analysis_tables(corr, costs, result.localization, result.rollouts):
+        out.print(table)
     if costs is not None:
         out.print(cost_table(costs))
     err.print(f"report: {result.files.html}", highlight=False)

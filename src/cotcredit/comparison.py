@@ -29,6 +29,11 @@ if TYPE_CHECKING:  # the report stack (pandas, scipy, matplotlib) loads when a r
 
     from cotcredit.lm import Scorer
     from cotcredit.report import Correlations, ReportFiles
+    from cotcredit.report.localization import Localization
+    from cotcredit.report.rollouts import RolloutAnalysis
+
+#: Default column of first-error offsets (``cotcredit.report.localization.ERROR_FIELD``).
+ERROR_FIELD = "error_char"
 
 #: The report folder inside the folder searched for score tables.
 REPORT_FOLDER = "report"
@@ -43,12 +48,35 @@ class CompareResult:
     files: ReportFiles
     sources: dict[str, Path] = field(default_factory=dict)  # row label -> table it came from
     run: RunSummary | None = None  # the analysis run, when compare ran the methods
+    localization: Localization | None = None  # when the tables carry error offsets
+    rollouts: RolloutAnalysis | None = None  # ceiling and rollout equivalence
 
     def costs(self) -> pd.DataFrame | None:
         """Mean seconds and tokens per trace of each method (None: no table records costs)."""
         from cotcredit.report import cost_summary
 
         return cost_summary(self.scores)
+
+
+@dataclass
+class Analysis:
+    """The report's statistics before anything is written (``analyse``)."""
+
+    rows: pd.DataFrame  # the methods' rows, credits as defined
+    baseline_rows: pd.DataFrame  # the baselines' rows
+    correlations: Correlations
+    localization: Localization | None
+    rollouts: RolloutAnalysis | None
+
+    @property
+    def scores(self) -> pd.DataFrame:
+        """Every compared row, baselines included (built on demand: at dataset scale it is
+        a copy of the whole table)."""
+        import pandas as pd
+
+        return pd.concat([self.rows, self.baseline_rows], ignore_index=True)
+
+
 
 
 def parse_methods(methods: str | Sequence[str]) -> list[str]:
@@ -262,38 +290,138 @@ def _duplicate_line(label: str, tables: list[tuple[Path, list[str]]], folder: Pa
     )
 
 
+def analyse(
+    scores: pd.DataFrame,
+    *,
+    reference: str = "mc",
+    n_boot: int = 2000,
+    min_segments: int = 3,
+    seed: int = 0,
+    credit: str = "differences",
+    baselines: str | Sequence[str] = "position",
+    error_field: str = ERROR_FIELD,
+    rollouts: str | Path | None = None,
+    splits: int = 20,
+    sources: Mapping[str, Path] | None = None,
+    checked: bool = False,
+) -> Analysis:
+    """Every statistic of the report from loaded score rows (``load_scores``): the credit
+    definition, the baselines, the correlations with paired differences, first-error
+    localization (when the rows carry ``error_field``) and rollout equivalence with the
+    ceilings (when the reference is Monte Carlo with counts: a rollouts table, given or beside
+    its table, or the table's own counts). Inputs are checked before anything is computed;
+    ``checked``: the rows come from ``load_scores`` (normalized, one segmentation)."""
+    import pandas as pd
+
+    from cotcredit.report import correlate
+    from cotcredit.report.baselines import baseline_rows, parse_baselines
+    from cotcredit.report.credit import trace_outcomes, value_credit, value_methods
+    from cotcredit.report.localization import error_offsets, localize
+    from cotcredit.report.rollouts import (
+        counts_from_mc,
+        counts_from_rollouts,
+        find_rollouts,
+        read_rollouts,
+        rollout_analysis,
+    )
+    from cotcredit.report.scores import check_segmentations, normalize
+    from cotcredit.report.stats import HALF_COLUMNS
+
+    names = parse_baselines(baselines)
+    if not checked:
+        scores = normalize(scores)
+        check_segmentations(scores)
+    offsets = error_offsets(scores, error_field, sources)
+    credited = value_credit(scores, credit)
+    base_rows, added, notes = baseline_rows(credited, names, reference)
+    # The statistics read a few columns: concatenating only those keeps a second copy of a
+    # large table (its texts above all) out of memory.
+    wanted = ["trace_id", "segment", "method", "score", "char_start", "char_end",
+              *(c for c in (*HALF_COLUMNS, error_field) if c in credited.columns)]
+    with_baselines = pd.concat([credited[wanted], base_rows[[c for c in wanted
+                                                              if c in base_rows]]],
+                               ignore_index=True)
+    corr = correlate(
+        with_baselines, n_boot=n_boot, seed=seed, min_segments=min_segments,
+        reference=reference, baselines=added, checked=True,
+        params={"credit": credit, "value_methods": sorted(value_methods(scores))},
+    )
+    corr.params["notes"] = notes
+    localization = None
+    if offsets is not None:
+        localization = localize(with_baselines, offsets, corr.methods, baselines=added,
+                                n_boot=n_boot, seed=seed, error_field=error_field)
+    ro = None
+    if corr.reference is not None:
+        ref_rows = scores.loc[scores["method"] == corr.reference]
+        path = find_rollouts((sources or {}).get(corr.reference), rollouts)
+        if path is not None:
+            policy = ref_rows.get("truncated_policy")
+            drop = policy is not None and (policy.astype(str) == "drop").any()
+            counts, source = counts_from_rollouts(read_rollouts(path), drop), str(path)
+        else:
+            counts, source = counts_from_mc(ref_rows), f"{corr.reference} table"
+        if len(counts):
+            ro = rollout_analysis(
+                with_baselines, counts, corr.compared(), credit=credit,
+                outcomes=trace_outcomes(scores), splits=splits, n_boot=n_boot, seed=seed,
+                source=source,
+            )
+    return Analysis(credited, base_rows, corr, localization, ro)
+
+
 def compare_scores(
     paths: Sequence[str | Path],
     out_dir: str | Path,
     *,
     methods: Sequence[str] | None = None,
-    reference: str = "mc",
-    n_boot: int = 2000,
-    min_segments: int = 3,
-    seed: int = 0,
     sources: Mapping[str, Path] | None = None,
+    **options: Any,
 ) -> CompareResult:
-    """Load score tables (refusing mismatched segmentations), correlate, write the report.
+    """Load score tables (refusing mismatched segmentations), analyse (``analyse``: options
+    reference, n_boot, min_segments, seed, credit, baselines, error_field, rollouts, splits),
+    write the report.
 
     ``methods`` keeps only those row labels' rows (a table may hold others); ``sources`` (label
     -> table) is recorded in the report's notes and the result.
     """
-    from cotcredit.report import correlate, load_scores, write_report
+    from cotcredit.report import load_scores, write_report
 
     scores = load_scores(list(paths), methods)
-    corr = correlate(
-        scores, n_boot=n_boot, seed=seed, min_segments=min_segments, reference=reference
-    )
+    if sources is None:
+        sources = _table_of(list(paths), scores)
+        named = False
+    else:
+        named = True
+    result = analyse(scores, sources=sources, checked=True, **options)
     # Inputs are named relative to the report folder: a report is read next to its tables and
     # must not carry the path of the machine that made it.
     where = Path(out_dir)
-    if sources:
+    if named:
         shown = ", ".join(f"{lab}: {io.relative(p, where)}" for lab, p in sources.items())
         notes = {"score tables": shown}
     else:
         notes = {"score files": ", ".join(io.relative(p, where) for p in paths)}
-    files = write_report(scores, corr, Path(out_dir), notes=notes)
-    return CompareResult(scores, corr, files, dict(sources or {}))
+    if result.rollouts is not None:
+        src = result.rollouts.source
+        notes["rollout counts"] = (io.relative(Path(src), where) if Path(src).exists() else src)
+    for note in result.correlations.params.get("notes", []):
+        notes.setdefault("baselines", note)
+    compared = result.scores
+    files = write_report(compared, result.correlations, Path(out_dir), notes=notes,
+                         localization=result.localization, rollouts=result.rollouts)
+    return CompareResult(compared, result.correlations, files,
+                         dict(sources or {}) if named else {}, localization=result.localization,
+                         rollouts=result.rollouts)
+
+
+def _table_of(paths: list[str | Path], scores: pd.DataFrame) -> dict[str, Path]:
+    """Row label -> the table it came from (for messages and the rollouts beside mc)."""
+    found: dict[str, Path] = {}
+    for p in paths:
+        for label in _labels_in(Path(p)) or {}:
+            found.setdefault(label, Path(p))
+    return found
 
 
 def compare_folder(
@@ -304,7 +432,7 @@ def compare_folder(
 ) -> CompareResult:
     """Correlate the methods' score tables found in ``folder`` (``find_score_tables``); the
     report goes to ``out_dir`` (default ``folder/report``). ``kwargs`` go to
-    ``compare_scores`` (reference, n_boot, min_segments, seed)."""
+    ``compare_scores`` (reference, n_boot, min_segments, seed, credit, baselines, ...)."""
     sources = find_score_tables(folder, methods)
     out = Path(out_dir) if out_dir is not None else Path(folder) / REPORT_FOLDER
     paths = list(dict.fromkeys(sources.values()))
@@ -315,9 +443,22 @@ def compare_folder(
 class ReportOptions:
     """How `compare` summarises agreement between methods."""
 
-    reference: str = option("mc", help="Method the position and top-1 analyses compare against.")
+    reference: str = option("mc", help="Method the baselines, paired differences, position and "
+                            "top-1 analyses compare against.")
     bootstrap: int = option(2000, help="Bootstrap resamples of traces for the CIs.")
     min_segments: int = option(3, help="Traces with fewer segments are counted, not correlated.")
+    credit: str = option("differences", help="What is correlated for value-based methods "
+                         "(rredcot, mc): differences (v_k - v_(k-1), no start value, no terminal "
+                         "correction), return (plus the start value first and outcome - last "
+                         "value last) or score (as written).")
+    baselines: str = option("position", help="Text-free baselines added as rows: position, "
+                            "uniform (comma-separated; none: no baseline).")
+    error_field: str = option(ERROR_FIELD, help="Column with the first wrong step's character "
+                              "offset (-1: no error): adds the localization table.")
+    rollouts_table: str | None = option(None, help="Saved Monte Carlo rollouts for the ceiling and "
+                                  "rollout equivalence [default: rollouts.parquet beside the mc "
+                                  "table, else the mc table's counts].")
+    splits: int = option(20, help="Random held-out splits averaged in the rollout equivalence.")
 
 
 def compare(
@@ -356,8 +497,20 @@ def compare(
     report (the others return None).
     """
     report = report or ReportOptions()
+    # The report's options are checked before any method runs (or any model loads).
+    from cotcredit.report.baselines import parse_baselines
+    from cotcredit.report.credit import CREDITS
+
+    parse_baselines(report.baselines)
+    if report.credit not in CREDITS:
+        raise UserError(f"--credit: unknown definition {report.credit!r} (known: "
+                        f"{', '.join(CREDITS)})")
+    if report.splits < 1:
+        raise UserError(f"--splits must be at least 1, got {report.splits}")
     stats = {"reference": report.reference, "n_boot": report.bootstrap,
-             "min_segments": report.min_segments}
+             "min_segments": report.min_segments, "credit": report.credit,
+             "baselines": report.baselines, "error_field": report.error_field,
+             "rollouts": report.rollouts_table, "splits": report.splits}
     running = {"model": model, "options": options, "config": config, "sets": sets,
                "shortcuts": shortcuts, "segments_file": segments_file}
     given = [k for k, v in running.items() if v]

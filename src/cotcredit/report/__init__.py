@@ -27,15 +27,18 @@ import pyarrow.parquet as pq
 
 from cotcredit import io
 from cotcredit.errors import UserError
+from cotcredit.report import terminal
 from cotcredit.report.costs import COST_COLUMNS, COST_SUMMARY_COLUMNS, cost_summary
 from cotcredit.report.figures import (
     pdf_path,
     plot_credit_strip,
     plot_credit_strips,
     plot_heatmap,
+    plot_rollout_equivalence,
     plot_scatter_matrix,
     strip_filename,
 )
+from cotcredit.report.localization import Localization
 from cotcredit.report.render import (
     ReportFiles,
     ReportInput,
@@ -45,6 +48,7 @@ from cotcredit.report.render import (
     render_markdown,
     report_blocks,
 )
+from cotcredit.report.rollouts import RolloutAnalysis, rollout_table
 from cotcredit.report.scores import (
     REQUIRED_COLUMNS,
     check_segmentations,
@@ -52,17 +56,19 @@ from cotcredit.report.scores import (
     normalize,
     one_line,
 )
-from cotcredit.report.stats import CORRELATION_COLUMNS, Correlations, correlate, spearman_brown
-from cotcredit.report.terminal import cost_table, summary_table
+from cotcredit.report.stats import CORRELATION_COLUMNS, PAIRED_COLUMNS, Correlations, correlate
+from cotcredit.report.terminal import analysis_tables, cost_table, summary_table
 
 __all__ = [
     "CORRELATION_COLUMNS",
     "COST_COLUMNS",
     "COST_SUMMARY_COLUMNS",
+    "PAIRED_COLUMNS",
     "REQUIRED_COLUMNS",
     "Correlations",
     "ReportFiles",
     "agreement_summary",
+    "analysis_tables",
     "check_segmentations",
     "correlate",
     "cost_summary",
@@ -72,9 +78,9 @@ __all__ = [
     "plot_credit_strip",
     "plot_heatmap",
     "plot_scatter_matrix",
-    "spearman_brown",
     "strip_filename",
     "summary_table",
+    "terminal",
     "write_report",
 ]
 
@@ -97,6 +103,8 @@ def write_report(
     title: str = "cotcredit report",
     notes: Mapping[str, Any] | None = None,
     max_strips: int = 20,
+    localization: Localization | None = None,
+    rollouts: RolloutAnalysis | None = None,
 ) -> ReportFiles:
     """Write the report folder.
 
@@ -112,6 +120,11 @@ def write_report(
         title: report title.
         notes: key/value pairs shown in a Notes table (model, input files, command line...).
         max_strips: credit strips are drawn for the first this-many traces (in table order).
+        localization: first-error localization (``localization.parquet`` and a section).
+        rollouts: ceiling and rollout equivalence (``rollout_equivalence.parquet``, a figure
+            and a section).
+
+    The paired differences go to ``paired.parquet`` as well as ``correlations.parquet``.
     """
     out_dir = Path(out_dir)
     try:
@@ -128,6 +141,12 @@ def write_report(
     )
     strip_ids, strips = plot_credit_strips(scores, out_dir, max_strips)
     costs = cost_summary(scores)
+    labels = {m: correlations.label(m) for m in correlations.methods}
+    equivalence = (
+        plot_rollout_equivalence(rollouts, out_dir / "rollout_equivalence.png", labels)
+        if rollouts is not None and len(rollouts.curve)
+        else None
+    )
 
     files = ReportFiles(
         out_dir=out_dir,
@@ -139,11 +158,24 @@ def write_report(
         scatter=scatter,
         strips=strips,
         costs=None if costs is None else out_dir / "costs.parquet",
+        paired=out_dir / "paired.parquet" if len(correlations.paired) else None,
+        localization=None if localization is None else out_dir / "localization.parquet",
+        rollouts=None if rollouts is None else out_dir / "rollout_equivalence.parquet",
+        equivalence=equivalence,
     )
     meta = {**correlations.params, "methods": correlations.methods}
     _write_parquet(correlations.table, files.correlations, meta)
     if costs is not None and files.costs is not None:
         _write_parquet(costs, files.costs, meta)
+    if files.paired is not None:
+        _write_parquet(correlations.paired, files.paired, meta)
+    if localization is not None and files.localization is not None:
+        loc_meta = {**meta, "counts": localization.counts, "field": localization.field}
+        _write_parquet(localization.table, files.localization, loc_meta)
+    if rollouts is not None and files.rollouts is not None:
+        _write_parquet(rollout_table(rollouts), files.rollouts,
+                       {**meta, "held_out": rollouts.held_out, "total": rollouts.total,
+                        "source": Path(rollouts.source).name, "splits": rollouts.splits})
     report = ReportInput(
         scores=scores,
         corr=correlations,
@@ -152,9 +184,11 @@ def write_report(
         strip_ids=strip_ids,
         notes=dict(notes or {}),
         costs=costs,
+        localization=localization,
+        rollouts=rollouts,
     )
     blocks = report_blocks(report)
     io.write_atomic(files.markdown, render_markdown(blocks))
     io.write_atomic(files.html, render_html(blocks, out_dir, title))
-    io.write_atomic(files.latex, render_latex(correlations, costs))
+    io.write_atomic(files.latex, render_latex(correlations, costs, localization, rollouts))
     return files

@@ -50,7 +50,7 @@ def cost_summary(scores: pd.DataFrame, baseline: str = "rredcot") -> pd.DataFram
     per_trace = per_trace.loc[per_trace.notna().any(axis=1)]
     if per_trace.empty:
         return None
-    methods = method_order(per_trace.index.get_level_values("method"))
+    methods = method_order(per_trace.index.get_level_values("method").unique())
     traces_of = {m: set(per_trace.loc[m].index) for m in methods}
     shared = set.intersection(*traces_of.values())
     if not shared:

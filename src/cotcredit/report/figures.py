@@ -80,8 +80,9 @@ def plot_heatmap(correlations: Correlations, path: Path) -> Path:
     ax = fig.add_subplot()
     cmap = ListedColormap(_cmap_colors("RdBu"), name="rdbu_grey").with_extremes(bad="#d9d9d9")
     image = ax.imshow(matrix.to_numpy(dtype="float64"), cmap=cmap, vmin=-1, vmax=1)
-    ax.set_xticks(range(n), labels=list(matrix.columns), rotation=40, ha="right")
-    ax.set_yticks(range(n), labels=list(matrix.index))
+    names = [correlations.label(m) for m in matrix.columns]  # baselines marked
+    ax.set_xticks(range(n), labels=names, rotation=40, ha="right")
+    ax.set_yticks(range(n), labels=names)
     for i in range(n):
         for j in range(n):
             v = matrix.iat[i, j]
@@ -131,9 +132,10 @@ def plot_scatter_matrix(
         ax.scatter(both[a], both[b], s=6, alpha=0.45, color="#1f5fa8", rasterized=True)
         rho = correlations.value(a, b, "pooled_spearman")
         sub = f"pooled Spearman {rho:.2f}" if math.isfinite(rho) else "no usable trace"
-        ax.set_title(f"{a} vs {b}\n{sub}, {len(both)} points", fontsize=9)
-        ax.set_xlabel(a, fontsize=8)
-        ax.set_ylabel(b, fontsize=8)
+        la, lb = correlations.label(a), correlations.label(b)
+        ax.set_title(f"{la} vs {lb}\n{sub}, {len(both)} points", fontsize=9)
+        ax.set_xlabel(la, fontsize=8)
+        ax.set_ylabel(lb, fontsize=8)
         ax.tick_params(labelsize=7)
     fig.suptitle("Per-segment scores, pooled over traces")
     fig.tight_layout()
@@ -316,7 +318,7 @@ def plot_credit_strips(
     """Credit strips of the first ``max_strips`` traces (in table order), methods in display
     order; returns the trace ids and the PNG paths."""
     trace_ids = [str(t) for t in pd.unique(scores["trace_id"])[: max(0, max_strips)]]
-    order = {m: i for i, m in enumerate(method_order(scores["method"]))}
+    order = {m: i for i, m in enumerate(method_order(pd.unique(scores["method"])))}
     paths: list[Path] = []
     for tid in trace_ids:
         rows = scores.loc[scores["trace_id"] == tid]
@@ -328,3 +330,31 @@ def plot_credit_strips(
         values = {m: g["score"].to_numpy(dtype="float64") for m, g in by_method.items()}
         paths.append(plot_credit_strip(tid, texts, values, out_dir / strip_filename(tid)))
     return trace_ids, paths
+
+
+def plot_rollout_equivalence(analysis, path: Path, labels: Mapping[str, str] | None = None) -> Path:
+    """Agreement with held-out rollouts: the MC(n) curve (95% band), each method as a
+    horizontal line, the ceiling for the held-out half as a dashed line (PNG and PDF)."""
+    curve = analysis.curve
+    fig = _figure(6.4, 4.0)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.fill_between(curve["rollouts"], curve["ci_low"], curve["ci_high"], color="#9ecae1",
+                    alpha=0.5, linewidth=0)
+    ax.plot(curve["rollouts"], curve["agreement"], "o-", color="#08519c", label="MC(n)")
+    colors = colormaps["tab10"].colors
+    for i, row in enumerate(analysis.equivalence.itertuples(index=False)):
+        name = (labels or {}).get(row.method, row.method)
+        style = ":" if name.endswith("(baseline)") else "-"  # baselines read no text
+        ax.axhline(row.agreement, color=colors[(i + 1) % 10], linewidth=1.2, linestyle=style,
+                   label=name)
+    half = analysis.ceiling.loc[analysis.ceiling["rollouts"] == analysis.held_out, "ceiling"]
+    if len(half):
+        ax.axhline(float(half.iloc[0]), color="#444444", linestyle="--", linewidth=1,
+                   label="ceiling (error-free values)")
+    ax.set_xlabel("rollouts per boundary n")
+    ax.set_ylabel(f"Spearman with {analysis.held_out} held-out rollouts")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    _save(fig, path, dpi=150)
+    return path

@@ -21,6 +21,8 @@ import pandas as pd
 
 from cotcredit.report.figures import pdf_path
 from cotcredit.report.format import EMPTY, fmt, fmt_ci, fmt_count, fmt_ratio, fmt_seconds
+from cotcredit.report.localization import Localization
+from cotcredit.report.rollouts import RolloutAnalysis
 from cotcredit.report.stats import Correlations
 
 Block = tuple[Any, ...]
@@ -45,10 +47,15 @@ class ReportFiles:
     scatter: Path | None
     strips: list[Path]
     costs: Path | None = None
+    paired: Path | None = None
+    localization: Path | None = None
+    rollouts: Path | None = None
+    equivalence: Path | None = None  # the rollout-equivalence figure
 
     def figures(self) -> list[Path]:
         """The PNG figures."""
-        return [p for p in (self.heatmap, self.scatter) if p is not None] + list(self.strips)
+        fixed = (self.heatmap, self.scatter, self.equivalence)
+        return [p for p in fixed if p is not None] + list(self.strips)
 
     def pdfs(self) -> list[Path]:
         """The PDF twin of every figure."""
@@ -56,7 +63,8 @@ class ReportFiles:
 
     def all(self) -> list[Path]:
         """Every file written."""
-        tables = [self.correlations, self.markdown, self.html, self.latex, self.costs]
+        tables = [self.correlations, self.markdown, self.html, self.latex, self.costs,
+                  self.paired, self.localization, self.rollouts]
         return [p for p in tables if p is not None] + self.figures() + self.pdfs()
 
 
@@ -71,6 +79,8 @@ class ReportInput:
     strip_ids: Sequence[str]
     notes: Mapping[str, Any] = field(default_factory=dict)
     costs: pd.DataFrame | None = None
+    localization: Localization | None = None
+    rollouts: RolloutAnalysis | None = None
 
     def aggregates_of(self, a: str, b: str) -> pd.DataFrame:
         """The aggregate rows of one (method_a, method_b), indexed by statistic."""
@@ -102,11 +112,11 @@ AGREEMENT_HEADERS = [
 
 
 def agreement_summary(corr: Correlations) -> pd.DataFrame:
-    """The headline table: every method's agreement with the reference and the ceiling.
+    """The headline table: every method's and baseline's agreement with the reference.
 
-    One row per method against the reference (mean per-trace correlations with 95% CIs, top-1
-    agreement, traces), then, for a method with split-half rows (Monte Carlo), its split-half
-    correlation and the Spearman–Brown estimate for all its rollouts. Without the reference in
+    One row per method, then per baseline (marked "(baseline)"), against the reference (mean
+    per-trace correlations with 95% CIs, top-1 agreement, traces), then, for a method with
+    split-half rows (Monte Carlo), the agreement of its two halves. Without the reference in
     the table, one row per pair of methods. Cells are formatted strings.
     """
     agg = corr.aggregates()
@@ -116,33 +126,64 @@ def agreement_summary(corr: Correlations) -> pd.DataFrame:
         hit = ((agg["method_a"] == a) & (agg["method_b"] == b)) | (
             (agg["method_a"] == b) & (agg["method_b"] == a)
         )
-        return agg.loc[hit].set_index("statistic")
+        return agg.loc[hit & ~agg["statistic"].str.startswith("paired_")].set_index("statistic")
 
     ref = corr.reference
     if ref is not None:
-        pairs = [(m, ref) for m in corr.methods if m != ref]
+        pairs = [(m, ref) for m in corr.compared()]
     else:
         pairs = corr.pairs()
     rows = []
     for a, b in pairs:
         s = sel(a, b)
+        name = f"{corr.label(a)} vs {b}"
         rows.append(
-            [f"{a} vs {b}"]
+            [name]
             + [_ci_cell(s, f"mean_{stat}") for stat in _STAT_ORDER]
             + [_ci_cell(s, "top1_agreement"), _count_cell(s, "mean_spearman")]
         )
     for m in corr.split_half_methods():
         s = sel(m, m)
-        for label, prefix in (
-            (f"{m} split-half", "mean_split_half"),
-            (f"{m} split-half, Spearman–Brown", "spearman_brown"),
-        ):
-            rows.append(
-                [label]
-                + [_ci_cell(s, f"{prefix}_{stat}") for stat in _STAT_ORDER]
-                + [EMPTY, _count_cell(s, "mean_split_half_spearman")]
-            )
+        rows.append(
+            [f"{m} split-half (half vs half)"]
+            + [_ci_cell(s, f"mean_split_half_{stat}") for stat in _STAT_ORDER]
+            + [EMPTY, _count_cell(s, "mean_split_half_spearman")]
+        )
     return pd.DataFrame(rows, columns=AGREEMENT_HEADERS)
+
+
+PAIRED_HEADERS = [
+    "method",
+    "versus",
+    "Δ Spearman [95% CI]",
+    "p",
+    "Δ Pearson [95% CI]",
+    "Δ top-1 [95% CI]",
+    "traces",
+]
+
+
+def paired_summary(corr: Correlations, only_first_method: bool = False) -> pd.DataFrame:
+    """Paired differences of agreement with the reference, one row per (method, versus):
+    mean per-trace difference with its bootstrap CI (the same resamples for both members), the
+    bootstrap p of the Spearman difference, traces used. Cells are formatted strings."""
+    paired = corr.paired
+    if paired is None or paired.empty:
+        return pd.DataFrame(columns=PAIRED_HEADERS)
+    rows = []
+    for (a, b), g in paired.groupby(["method", "versus"], sort=False):
+        g = g.set_index("statistic")
+
+        def cell(stat: str, g: pd.DataFrame = g) -> str:
+            if stat not in g.index:
+                return EMPTY
+            return fmt_ci(*g.loc[stat, ["difference", "ci_low", "ci_high"]])
+
+        p = fmt(g.loc["mean_spearman", "p_boot"]) if "mean_spearman" in g.index else EMPTY
+        n = str(int(g.loc["mean_spearman", "n"])) if "mean_spearman" in g.index else "0"
+        rows.append([corr.label(a), corr.label(b), cell("mean_spearman"), p,
+                     cell("mean_pearson"), cell("top1_agreement"), n])
+    return pd.DataFrame(rows, columns=PAIRED_HEADERS)
 
 
 COST_HEADERS = [
@@ -216,6 +257,43 @@ def _notes(r: ReportInput) -> list[Block]:
     return [("h2", "Notes"), ("table", ["key", "value"], rows)]
 
 
+def credit_text(corr: Correlations) -> str:
+    """One sentence saying what was correlated (``cotcredit.report.credit``)."""
+    credit = corr.params.get("credit", "score")
+    redefined = corr.params.get("value_methods") or []
+    which = ", ".join(redefined) if redefined else "none in this table"
+    if credit == "differences":
+        what = ("value differences v_k − v_(k−1) for every value-based method (rredcot: "
+                "g_k − g_(k−1) without g_0 and without the terminal correction; mc: "
+                "V_k − V_(k−1))")
+    elif credit == "return":
+        what = ("return-equivalent credits for every value-based method (value differences, "
+                "the start value on the first segment and ζ − the last value on the last, so "
+                "each trace's credits sum to its outcome)")
+    else:
+        what = "each table's score column as written"
+    return (f"Credit compared (--credit {credit}): {what}; value-based methods here: {which}. "
+            "Other methods' scores are used as written.")
+
+
+def baseline_text(corr: Correlations) -> str:
+    """What the baseline rows are (empty without baselines)."""
+    if not corr.baselines:
+        return ""
+    parts = []
+    if "position" in corr.baselines:
+        parts.append(
+            f"position = the mean {corr.params.get('reference')} credit at the same relative "
+            "segment position among the other traces with the same outcome (leave one trace "
+            "out)"
+        )
+    if "uniform" in corr.baselines:
+        parts.append("uniform = the trace's outcome spread evenly over its segments (orders "
+                     "nothing: per-trace correlation 0, top-1 at chance)")
+    return ("Baselines read no reasoning text; every method must beat them: "
+            + "; ".join(parts) + ".")
+
+
 def _agreement(r: ReportInput) -> list[Block]:
     corr = r.corr
     if not corr.pairs():
@@ -223,31 +301,39 @@ def _agreement(r: ReportInput) -> list[Block]:
     ref = corr.reference
     if ref is not None:
         intro = (
-            f"Each method's agreement with {ref}: mean per-trace correlation (95% bootstrap CI "
-            f"over traces) and top-1 agreement (the fraction of traces whose highest-scored "
-            f"segment is {ref}'s)."
+            f"Each method's and baseline's agreement with {ref}: mean per-trace correlation "
+            f"(95% bootstrap CI over traces) and top-1 agreement (the fraction of traces whose "
+            f"highest-scored segment is {ref}'s)."
         )
     else:
         intro = "Mean per-trace correlation of every pair of methods (95% bootstrap CI)."
-    blocks: list[Block] = [("h2", "Agreement summary"), ("p", intro)]
+    blocks: list[Block] = [("h2", "Agreement summary"), ("p", intro), ("p", credit_text(corr))]
+    if corr.baselines:
+        blocks.append(("p", baseline_text(corr)))
     blocks.append(_frame_block(agreement_summary(corr)))
     for m in corr.split_half_methods():
-        blocks.append(("p", _ceiling_text(corr, m)))
+        blocks.append(("p", f"{m} split-half: {m}'s credits from the even-indexed rollouts of "
+                       "each boundary correlated per trace with those from the odd-indexed ones "
+                       "(two runs with half the rollouts each). It is no ceiling for the rows "
+                       "above: see the ceiling and rollout equivalence."))
     blocks.append(("p", f"The same table for a paper: {r.files.latex.name} (LaTeX, booktabs)."))
     return blocks
 
 
-def _ceiling_text(corr: Correlations, method: str) -> str:
-    sb = corr.value(method, method, "spearman_brown_spearman")
-    index = f"{sb**0.5:.3f}" if sb == sb and sb > 0 else EMPTY
-    return (
-        f"{method} split-half: {method}'s credits from the even-indexed rollouts of each boundary "
-        f"correlated per trace with those from the odd-indexed ones. Spearman–Brown steps the "
-        f"mean up to all rollouts, 2r/(1+r) ({fmt(sb)} for Spearman): how well two independent "
-        f"{method} runs would agree. A method that agrees with {method} as well as that has "
-        f"reached {method}'s own noise; only a method closer to the true values than {method} "
-        f"can exceed it, up to √{fmt(sb)} = {index}."
-    )
+def _paired(r: ReportInput) -> list[Block]:
+    corr = r.corr
+    table = paired_summary(corr)
+    if table.empty:
+        return []
+    return [
+        ("h2", f"Paired differences (agreement with {corr.reference})"),
+        ("p", "Per trace, the method's agreement with the reference minus the other's, on the "
+              "traces where both are defined; mean over traces with a 95% bootstrap CI (the "
+              "same resamples of traces for both members of every pair) and a two-sided "
+              "bootstrap p. A method is better than another only where this interval excludes "
+              "0."),
+        _frame_block(table),
+    ]
 
 
 def _means(r: ReportInput) -> list[Block]:
@@ -296,12 +382,13 @@ def _split_half(r: ReportInput) -> list[Block]:
     if not methods:
         return []
     blocks: list[Block] = [
-        ("h2", "Split-half reliability"),
+        ("h2", "Split-half agreement"),
         (
             "p",
             "Per trace, the credits computed from one half of the rollouts correlated with those "
-            "from the other half; mean over traces with 95% bootstrap CI, and the Spearman–Brown "
-            "estimate 2r/(1+r) for all rollouts (CI: the formula applied to the interval's ends).",
+            "from the other half; mean over traces with 95% bootstrap CI. Not stepped up to all "
+            "rollouts: Spearman–Brown applies to reliability coefficients, not to a mean of "
+            "per-trace rank correlations over a few segments.",
         ),
     ]
     rows = []
@@ -313,12 +400,172 @@ def _split_half(r: ReportInput) -> list[Block]:
                     m,
                     _STAT_NAMES[s],
                     _ci_cell(sel, f"mean_split_half_{s}"),
-                    _ci_cell(sel, f"spearman_brown_{s}"),
                     _count_cell(sel, f"mean_split_half_{s}"),
                 ]
             )
-    headers = ["method", "statistic", "split-half [95% CI]", "Spearman–Brown [95% CI]", "traces"]
+    headers = ["method", "statistic", "split-half [95% CI]", "traces"]
     blocks.append(("table", headers, rows))
+    return blocks
+
+
+LOCALIZATION_HEADERS = [
+    "method",
+    "top-1 [95% CI]",
+    "chance (1/K)",
+    "top-1 − chance [95% CI]",
+    "mean rank [95% CI]",
+    "chance rank",
+    "traces",
+]
+
+
+def localization_summary(loc: Localization, corr: Correlations | None = None) -> pd.DataFrame:
+    """Per method and baseline: top-1 localization, chance, the paired difference with chance,
+    mean rank of the erroneous segment and its chance (formatted strings)."""
+    t = loc.table
+    rows = []
+    for m in loc.methods:
+        sel = t.loc[t["method"] == m].set_index("statistic")
+        if "top1" not in sel.index:
+            continue
+
+        def cell(stat: str, sel: pd.DataFrame = sel) -> str:
+            if stat not in sel.index:
+                return EMPTY
+            return fmt_ci(*sel.loc[stat, ["value", "ci_low", "ci_high"]])
+
+        name = corr.label(m) if corr is not None else m
+        rows.append([name, cell("top1"), fmt(sel.loc["chance_top1", "value"]),
+                     cell("top1_minus_chance"), cell("mean_rank"),
+                     fmt(sel.loc["chance_rank", "value"]), str(int(sel.loc["top1", "n"]))])
+    return pd.DataFrame(rows, columns=LOCALIZATION_HEADERS)
+
+
+def localization_paired(loc: Localization, corr: Correlations | None = None) -> pd.DataFrame:
+    """Paired top-1 differences of every method with every baseline (formatted strings)."""
+    t = loc.table
+    rows = []
+    for b in loc.baselines:
+        hit = t.loc[t["statistic"] == f"top1_minus_{b}"]
+        for r in hit.itertuples(index=False):
+            name = corr.label(r.method) if corr is not None else r.method
+            rows.append([name, f"{b} (baseline)", fmt_ci(r.value, r.ci_low, r.ci_high),
+                         str(int(r.n))])
+    return pd.DataFrame(rows, columns=["method", "versus", "Δ top-1 [95% CI]", "traces"])
+
+
+def _localization(r: ReportInput) -> list[Block]:
+    loc = r.localization
+    if loc is None:
+        return []
+    c = loc.counts
+    text = (
+        f"From the column {loc.field!r} (the character offset where the first wrong step "
+        f"starts). {c.get('erroneous', 0)} erroneous trace(s) used; {c.get('no_error', 0)} "
+        f"without error, {c.get('unknown', 0)} unknown, {c.get('after_reasoning', 0)} with the "
+        f"error at or after the end of the reasoning (in the final answer) and "
+        f"{c.get('outside_segments', 0)} between segments, left out. Top-1: the lowest-credit "
+        "segment is the one holding the offset (a tied minimum counts 1/m); rank 1 = lowest "
+        "credit; chance = a random order. 95% bootstrap CIs over the erroneous traces."
+    )
+    blocks: list[Block] = [("h2", "First-error localization"), ("p", text)]
+    summary = localization_summary(loc, r.corr)
+    if summary.empty:
+        return [*blocks, ("p", "No erroneous trace with its offset inside a segment.")]
+    blocks.append(_frame_block(summary))
+    paired = localization_paired(loc, r.corr)
+    if not paired.empty:
+        blocks.append(("p", "Paired differences of top-1 with each baseline (per trace, same "
+                            "resamples):"))
+        blocks.append(_frame_block(paired))
+    return blocks
+
+
+EQUIVALENCE_HEADERS = [
+    "method",
+    "agreement with held-out [95% CI]",
+    "worth n rollouts [95% CI]",
+    "MC(n) seconds / trace",
+    "method seconds / trace",
+    "MC(n) time / method's",
+]
+
+
+def _fmt_n(value: float, n_max: int) -> str:
+    if value != value:
+        return EMPTY
+    if value == 0:
+        return "< 1"
+    if value == float("inf"):
+        return f"> {n_max}"
+    return f"{value:.1f}"
+
+
+def equivalence_summary(
+    ro: RolloutAnalysis, costs: pd.DataFrame | None, reference: str,
+    corr: Correlations | None = None,
+) -> pd.DataFrame:
+    """Per method: agreement with the held-out half, the n it is worth (CI), and the costs
+    at that n: MC's measured seconds per trace scaled to n rollouts per boundary."""
+    n_max = int(ro.curve["rollouts"].max()) if len(ro.curve) else 0
+    seconds = {}
+    if costs is not None:
+        seconds = dict(zip(costs["method"], costs["seconds"], strict=True))
+    mc_seconds = seconds.get(reference, float("nan"))
+    rows = []
+    for e in ro.equivalence.itertuples(index=False):
+        n_star = e.rollouts
+        finite = n_star == n_star and 0 < n_star < float("inf")
+        mc_at_n = mc_seconds * n_star / ro.total if finite else float("nan")
+        own = seconds.get(e.method, float("nan"))
+        name = corr.label(e.method) if corr is not None else e.method
+        interval = f"[{_fmt_n(e.rollouts_low, n_max)}, {_fmt_n(e.rollouts_high, n_max)}]"
+        rows.append([name, fmt_ci(e.agreement, e.ci_low, e.ci_high),
+                     f"{_fmt_n(n_star, n_max)} {interval}", fmt_seconds(mc_at_n),
+                     fmt_seconds(own), fmt_ratio(mc_at_n / own) if finite else EMPTY])
+    return pd.DataFrame(rows, columns=EQUIVALENCE_HEADERS)
+
+
+def ceiling_summary(ro: RolloutAnalysis) -> pd.DataFrame:
+    """The agreement ceilings (formatted strings)."""
+    rows = [[f"{int(c.rollouts)} rollouts per boundary", fmt_ci(c.ceiling, c.ci_low, c.ci_high),
+             str(int(c.n))] for c in ro.ceiling.itertuples(index=False)]
+    return pd.DataFrame(rows, columns=["Monte Carlo with", "ceiling [95% CI]", "traces"])
+
+
+def _rollouts(r: ReportInput) -> list[Block]:
+    ro = r.rollouts
+    if ro is None:
+        return []
+    ref = r.corr.reference or "mc"
+    blocks: list[Block] = [
+        ("h2", "Ceiling and rollout equivalence"),
+        ("p", f"From {ro.total} rollouts per boundary ({Path(ro.source).name})"
+              + (", on a random subset of the traces (see the traces column)"
+                 if ro.subsampled else "")
+              + ". Each boundary's "
+              f"rollouts are split at random into a held-out half ({ro.held_out}) and the rest; "
+              f"MC(n) = credits from n of the rest. Agreement = mean per-trace Spearman with the "
+              f"held-out half's credits, averaged over {ro.splits} random splits. A method is "
+              "worth n rollouts per boundary where the MC(n) curve reaches its agreement "
+              "(interpolated; never extrapolated beyond the largest n). Costs at that n: "
+              f"{ref}'s measured seconds per trace scaled to n rollouts per boundary."),
+        _frame_block(equivalence_summary(ro, r.costs, ref, r.corr)),
+        ("table", ["n", "MC(n) agreement [95% CI]", "traces"],
+         [[str(int(c.rollouts)), fmt_ci(c.agreement, c.ci_low, c.ci_high), str(int(c.n))]
+          for c in ro.curve.itertuples(index=False)]),
+        ("p", "Agreement ceiling: how well error-free values would agree with an N-rollout "
+              "Monte Carlo on the same statistic, simulated from the fitted values V̂ = correct "
+              "/ rollouts with a bootstrap bias correction (V̂ carries MC's noise: the plug-in "
+              f"alone is too high). The {ro.held_out}-rollout row bounds the equivalence "
+              f"column above; the {ro.total}-rollout row bounds the agreement summary."),
+        _frame_block(ceiling_summary(ro)),
+    ]
+    if ro.skipped:
+        blocks.append(("p", "Traces left out: " + ", ".join(
+            f"{k}: {v}" for k, v in ro.skipped.items()) + "."))
+    if r.files.equivalence is not None:
+        blocks.append(("img", r.files.equivalence.name, "Rollout equivalence"))
     return blocks
 
 
@@ -369,7 +616,7 @@ def _position(r: ReportInput) -> list[Block]:
         )
     )
     rows = []
-    for m in (m for m in r.corr.methods if m != ref):
+    for m in r.corr.compared():
         sel = r.aggregates_of(m, ref)
 
         def cell(stat: str, sel: pd.DataFrame = sel) -> str:
@@ -377,7 +624,7 @@ def _position(r: ReportInput) -> list[Block]:
 
         rows.append(
             [
-                m,
+                r.corr.label(m),
                 cell("early_spearman"),
                 cell("late_spearman"),
                 cell("early_pearson"),
@@ -403,9 +650,10 @@ def _top1(r: ReportInput) -> list[Block]:
     if ref is None:
         return []
     rows = []
-    for m in (m for m in r.corr.methods if m != ref):
+    for m in r.corr.compared():
         sel = r.aggregates_of(m, ref)
-        rows.append([m, _ci_cell(sel, "top1_agreement"), _count_cell(sel, "top1_agreement")])
+        rows.append([r.corr.label(m), _ci_cell(sel, "top1_agreement"),
+                     _count_cell(sel, "top1_agreement")])
     return [
         ("h2", f"Top-1 agreement with {ref}"),
         (
@@ -455,6 +703,9 @@ def _files(r: ReportInput) -> list[Block]:
 SECTIONS: tuple[Callable[[ReportInput], list[Block]], ...] = (
     _overview,
     _agreement,
+    _paired,
+    _rollouts,
+    _localization,
     _notes,
     _means,
     _pooled,
@@ -587,7 +838,7 @@ def latex_table(frame: pd.DataFrame, caption: str, label: str) -> str:
         .format(escape="latex")
         .format_index(escape="latex", axis="columns")
     )
-    return styler.to_latex(
+    text = styler.to_latex(
         hrules=True,  # \toprule, \midrule, \bottomrule (booktabs)
         column_format="l" + "r" * (len(frame.columns) - 1),
         caption=_latex_escape(caption),
@@ -595,10 +846,23 @@ def latex_table(frame: pd.DataFrame, caption: str, label: str) -> str:
         position="t",
         position_float="centering",
     )
+    for char, command in _LATEX_MATH.items():  # pdflatex has no glyphs for these
+        text = text.replace(char, command)
+    return text
 
 
-def render_latex(corr: Correlations, costs: pd.DataFrame | None = None) -> str:
-    """The agreement summary (and the cost table when present) as LaTeX booktabs tables."""
+_LATEX_MATH = {"Δ": r"\ensuremath{\Delta}", "ζ": r"\ensuremath{\zeta}",
+               "−": r"\ensuremath{-}", "≈": r"\ensuremath{\approx}", "×": r"\ensuremath{\times}"}
+
+
+def render_latex(
+    corr: Correlations,
+    costs: pd.DataFrame | None = None,
+    localization: Localization | None = None,
+    rollouts: RolloutAnalysis | None = None,
+) -> str:
+    """The agreement summary, paired differences, rollout equivalence, localization and costs
+    (those present) as LaTeX booktabs tables."""
     parts = ["% Tables written by cotcredit compare. Needs \\usepackage{booktabs}.\n"]
     if corr.pairs():
         n_boot = corr.params.get("n_boot")
@@ -611,13 +875,44 @@ def render_latex(corr: Correlations, costs: pd.DataFrame | None = None) -> str:
             else f"Agreement between methods: mean per-trace correlation over traces (95% "
             f"percentile bootstrap CI, {n_boot} resamples)."
         )
+        caption += " " + credit_text(corr)
+        if corr.baselines:
+            caption += " " + baseline_text(corr)
         for m in corr.split_half_methods():
             caption += (
                 f" {m} split-half: {m}'s credits from two disjoint halves of its rollouts "
-                "correlated with each other; Spearman–Brown: the same stepped up to all rollouts, "
-                "the agreement of two independent runs."
+                "correlated with each other."
             )
         parts.append(latex_table(agreement_summary(corr), caption, "tab:cotcredit-agreement"))
+        paired = paired_summary(corr)
+        if not paired.empty:
+            caption = (
+                f"Paired differences of agreement with {ref}: mean over traces of the per-trace "
+                "difference between two rows' agreement (95% percentile bootstrap CI, the same "
+                "resamples for both; p: two-sided bootstrap)."
+            )
+            parts.append(latex_table(paired, caption, "tab:cotcredit-paired"))
+    if rollouts is not None and len(rollouts.equivalence):
+        caption = (
+            f"Rollout equivalence: mean per-trace Spearman with {rollouts.held_out} held-out "
+            f"rollouts per boundary ({rollouts.splits} random splits, 95% bootstrap CI) and the "
+            "number n of rollouts per boundary at which Monte Carlo agrees as well; costs at "
+            "that n."
+        )
+        parts.append(latex_table(equivalence_summary(rollouts, costs, corr.reference or "mc",
+                                                     corr), caption, "tab:cotcredit-equivalence"))
+        caption = ("Agreement ceiling: error-free (fitted) values against simulated N-rollout "
+                   "Monte Carlo, same statistic.")
+        parts.append(latex_table(ceiling_summary(rollouts), caption, "tab:cotcredit-ceiling"))
+    if localization is not None:
+        loc = localization_summary(localization, corr)
+        if not loc.empty:
+            caption = (
+                f"First-error localization over {localization.counts.get('erroneous', 0)} "
+                "erroneous traces: top-1 = the lowest-credit segment holds the first wrong step; "
+                "rank 1 = lowest credit; chance = random order (95% bootstrap CIs)."
+            )
+            parts.append(latex_table(loc, caption, "tab:cotcredit-localization"))
     if costs is not None:
         caption = (
             f"Cost per trace, mean over {int(costs['traces'].max())} traces: wall-clock seconds, "
@@ -630,12 +925,18 @@ def render_latex(corr: Correlations, costs: pd.DataFrame | None = None) -> str:
 __all__ = [
     "AGREEMENT_HEADERS",
     "COST_HEADERS",
+    "PAIRED_HEADERS",
     "Block",
     "ReportFiles",
     "ReportInput",
     "agreement_summary",
     "cost_rows",
+    "ceiling_summary",
+    "credit_text",
+    "equivalence_summary",
     "latex_table",
+    "localization_summary",
+    "paired_summary",
     "render_html",
     "render_latex",
     "render_markdown",

@@ -34,7 +34,7 @@ def normalize(scores: pd.DataFrame, where: str = "score table") -> pd.DataFrame:
             f"{where}: missing column(s) {', '.join(missing)}; expected a cotcredit score table "
             f"with {', '.join(REQUIRED_COLUMNS)}"
         )
-    out = scores.copy()
+    out = scores.copy(deep=False)  # copy-on-write: only retyped columns are new
     for col in ("trace_id", "method"):
         if out[col].isna().any():
             raise UserError(f"{where}: column {col!r} has empty values; every row needs one")
@@ -126,7 +126,7 @@ def check_segmentations(
     spans = scores[["trace_id", "method", "segment", "char_start", "char_end"]]
     if spans.empty:
         return
-    rank = {m: i for i, m in enumerate(method_order(spans["method"]))}
+    rank = {m: i for i, m in enumerate(method_order(pd.unique(spans["method"])))}
     first_rank = spans["method"].map(rank).groupby(spans["trace_id"]).transform("min")
     is_base = spans["method"].map(rank) == first_rank
     base = spans.loc[is_base]

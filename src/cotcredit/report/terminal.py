@@ -6,7 +6,17 @@ import pandas as pd
 from rich.table import Table
 
 from cotcredit.report.format import EMPTY, fmt, fmt_ci
-from cotcredit.report.render import cost_rows
+from cotcredit.report.localization import Localization
+from cotcredit.report.render import (
+    agreement_summary,
+    ceiling_summary,
+    cost_rows,
+    credit_text,
+    equivalence_summary,
+    localization_summary,
+    paired_summary,
+)
+from cotcredit.report.rollouts import RolloutAnalysis
 from cotcredit.report.stats import ANALYSIS_ONLY, Correlations
 
 
@@ -42,21 +52,45 @@ def summary_table(correlations: Correlations) -> Table:
 
     for a, b in correlations.pairs():
         sel = agg.loc[(agg["method_a"] == a) & (agg["method_b"] == b)].set_index("statistic")
+        la, lb = correlations.label(a), correlations.label(b)
         if "mean_spearman" not in sel.index:
-            table.add_row(a, b, EMPTY, EMPTY, EMPTY, EMPTY, "0", n_skipped(a, b, False))
+            table.add_row(la, lb, EMPTY, EMPTY, EMPTY, EMPTY, "0", n_skipped(a, b, False))
             continue
         pooled = (
             fmt(sel.loc["pooled_spearman", "value"]) if "pooled_spearman" in sel.index else EMPTY
         )
         n = str(int(sel.loc["mean_spearman", "n"]))
-        table.add_row(a, b, *cells(sel, "mean"), pooled, n, n_skipped(a, b, False))
+        table.add_row(la, lb, *cells(sel, "mean"), pooled, n, n_skipped(a, b, False))
     for m in correlations.split_half_methods():
         table.add_section()
         sel = agg.loc[(agg["method_a"] == m) & (agg["method_b"] == m)].set_index("statistic")
         n = str(int(sel.loc["mean_split_half_spearman", "n"]))
         skip = n_skipped(m, m, True)
         table.add_row(f"{m} split-half", m, *cells(sel, "mean_split_half"), EMPTY, n, skip)
-        table.add_row(f"{m} Spearman–Brown", m, *cells(sel, "spearman_brown"), EMPTY, n, skip)
+    return table
+
+
+def paired_table(correlations: Correlations) -> Table | None:
+    """Paired differences of agreement with the reference (None without a reference)."""
+    rows = paired_summary(correlations)
+    if rows.empty:
+        return None
+    table = Table(title=f"Paired differences of agreement with {correlations.reference} "
+                  "[95% bootstrap CI, same resamples]")
+    for name in rows.columns:
+        table.add_column(name, justify="left" if name in ("method", "versus") else "right")
+    for row in rows.itertuples(index=False):
+        table.add_row(*row)
+    return table
+
+
+def frame_table(title: str, rows: pd.DataFrame) -> Table:
+    """Any of the report's formatted tables (string cells) as a rich table."""
+    table = Table(title=title)
+    for i, name in enumerate(rows.columns):
+        table.add_column(str(name), justify="left" if i == 0 else "right")
+    for row in rows.itertuples(index=False):
+        table.add_row(*(str(c) for c in row))
     return table
 
 
@@ -69,3 +103,35 @@ def cost_table(costs: pd.DataFrame) -> Table:
     for row in rows.itertuples(index=False):
         table.add_row(*row)
     return table
+
+
+def analysis_tables(
+    correlations: Correlations,
+    costs: pd.DataFrame | None = None,
+    localization: Localization | None = None,
+    rollouts: RolloutAnalysis | None = None,
+) -> list[Table]:
+    """What ``cotcredit compare`` prints against a reference: the agreement summary (with the
+    credit definition), paired differences, rollout equivalence and ceiling, localization."""
+    tables = []
+    ref = correlations.reference
+    if ref is not None:
+        tables.append(frame_table(f"Agreement with {ref} [95% bootstrap CI] — "
+                                  + credit_text(correlations), agreement_summary(correlations)))
+        paired = paired_table(correlations)
+        if paired is not None:
+            tables.append(paired)
+    if rollouts is not None and len(rollouts.equivalence):
+        tables.append(frame_table(
+            f"Rollout equivalence (agreement with {rollouts.held_out} held-out rollouts per "
+            "boundary; MC cost scaled to n)",
+            equivalence_summary(rollouts, costs, ref or "mc", correlations)))
+        tables.append(frame_table("Agreement ceiling (error-free values vs N-rollout MC)",
+                                  ceiling_summary(rollouts)))
+    if localization is not None:
+        loc = localization_summary(localization, correlations)
+        if not loc.empty:
+            tables.append(frame_table(
+                f"First-error localization ({localization.counts.get('erroneous', 0)} "
+                "erroneous traces)", loc))
+    return tables
