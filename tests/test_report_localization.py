@@ -109,7 +109,7 @@ def test_compare_writes_the_localization_table(tmp_path, capsys):
     write_table(df.loc[df["method"] == "mc"], tmp_path / "mc.parquet")
     write_table(df.loc[df["method"] == "loo"], tmp_path / "attr.parquet")
     code, _, err = run_cli(["compare", "--methods", "mc,loo", "--dir", tmp_path, "--bootstrap",
-                            "50", "--error-field", "first_error", "--baselines",
+                            "50", "--error-column", "first_error", "--baselines",
                             "position,uniform"], capsys)
     assert code == 0, err
     table = pd.read_parquet(tmp_path / "report" / "localization.parquet")
@@ -120,6 +120,6 @@ def test_compare_writes_the_localization_table(tmp_path, capsys):
     bad.loc[bad["trace_id"] == "t03", "first_error"] = 2.5
     write_table(bad.loc[bad["method"] == "mc"], tmp_path / "mc.parquet")
     code, _, err = run_cli(["compare", "--methods", "mc,loo", "--dir", tmp_path, "--bootstrap",
-                            "50", "--error-field", "first_error"], capsys)
+                            "50", "--error-column", "first_error"], capsys)
     assert code == 2 and "mc.parquet: trace 't03': field 'first_error'" in err
     assert "Traceback" not in err

@@ -453,8 +453,8 @@ class ReportOptions:
                          "value last) or score (as written).")
     baselines: str = option("position", help="Text-free baselines added as rows: position, "
                             "uniform (comma-separated; none: no baseline).")
-    error_field: str = option(ERROR_FIELD, help="Column with the first wrong step's character "
-                              "offset (-1: no error): adds the localization table.")
+    error_column: str = option(ERROR_FIELD, help="Table column with the first wrong step's "
+                               "character offset (-1: no error): adds the localization table.")
     rollouts_table: str | None = option(None, help="Saved Monte Carlo rollouts for the ceiling and "
                                   "rollout equivalence [default: rollouts.parquet beside the mc "
                                   "table, else the mc table's counts].")
@@ -509,7 +509,7 @@ def compare(
         raise UserError(f"--splits must be at least 1, got {report.splits}")
     stats = {"reference": report.reference, "n_boot": report.bootstrap,
              "min_segments": report.min_segments, "credit": report.credit,
-             "baselines": report.baselines, "error_field": report.error_field,
+             "baselines": report.baselines, "error_field": report.error_column,
              "rollouts": report.rollouts_table, "splits": report.splits}
     running = {"model": model, "options": options, "config": config, "sets": sets,
                "shortcuts": shortcuts, "segments_file": segments_file}
