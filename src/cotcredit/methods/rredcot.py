@@ -84,7 +84,7 @@ class RredcotOptions:
     )
     vhat_weight: float = option(
         1.0, help="Weight λ of the v̂ term: g = exp(R̂) + λ·exp(v̂) (log space: logsumexp(R̂, "
-        "log λ + v̂)); 0 gives R̂ alone exactly.",
+        "log λ + v̂)); 0 gives R̂ alone exactly (v̂ is then not computed).",
     )
     log_floor: float = option(
         1e-6,
@@ -129,8 +129,8 @@ def _logaddexp(a: float, b: float) -> float:
 
 def reference_steps(solution: str) -> list[str]:
     """The steps of U*: the non-empty lines of the reference solution up to its own
-    final-answer statement (`solution_body`), each with its line break."""
-    return [ln for ln in solution_body(solution).splitlines(keepends=True) if ln.strip()]
+    final-answer statement (`solution_body`), without their line breaks."""
+    return [ln.strip() for ln in solution_body(solution).splitlines() if ln.strip()]
 
 
 def steps_covered(k: int, n_segments: int, n_steps: int) -> int:
@@ -147,9 +147,9 @@ def steps_covered(k: int, n_segments: int, n_steps: int) -> int:
 
 
 def remaining_solution(steps: list[str], k: int, n_segments: int) -> str:
-    """U* at state s_k under `--solution-part remaining`: the steps not covered yet, as written
+    """U* at state s_k under `--solution-part remaining`: the steps not covered yet, one a line
     ("" once all are covered; v̂_K is then the forced answer after C)."""
-    return "".join(steps[steps_covered(k, n_segments, len(steps)):]).strip()
+    return "\n".join(steps[steps_covered(k, n_segments, len(steps)):])
 
 
 def _prefix_tail(ctx: TraceContext, boundary: int) -> str:
@@ -179,7 +179,9 @@ def estimate(ctx: TraceContext, options: RredcotOptions) -> BoundaryEstimates:
 
     scorer, trace = ctx.scorer, ctx.trace
     forcing = answer_forcing(scorer, options.forcing)
-    use_v = options.value in ("vhat", "both") and trace.solution is not None
+    # λ = 0: no v̂ probes at all, so the packed passes (and R̂) are those of R̂ alone, bit for bit.
+    use_v = (options.value in ("vhat", "both") and trace.solution is not None
+             and options.vhat_weight > 0)
     if options.value == "vhat" and trace.solution is None:
         raise UserError(
             f"{trace.where}: --value vhat needs a reference solution (field 'solution')"
@@ -212,7 +214,7 @@ def estimate(ctx: TraceContext, options: RredcotOptions) -> BoundaryEstimates:
     g = []
     for rh, vh in zip(r_hat, v_hat):
         use_r = options.value != "vhat"
-        use_vh = vh is not None and lam > 0
+        use_vh = vh is not None
         if options.space == "prob":
             # Each term exponentiated once from log space; λ = 0 leaves exp(R̂) untouched.
             g.append((math.exp(rh) if use_r else 0.0) + (lam * math.exp(vh) if use_vh else 0.0))
