@@ -40,8 +40,13 @@ def test_rewards_sum_to_outcome(scorer, traces_file, sum_to, space):
         assert (inner.score - (inner.g_after - inner.g_before)).abs().max() < 1e-12 if len(inner) else True
 
 
+def test_default_is_rhat_alone(scorer, traces_file):
+    df, _ = rows_of(scorer, traces_file)
+    assert df.v_hat.isna().all() and (df.g_after - df.r_hat.map(math.exp)).abs().max() == 0
+
+
 def test_components_and_outcomes(scorer, traces_file):
-    df, summary = rows_of(scorer, traces_file)
+    df, summary = rows_of(scorer, traces_file, value="both")
     t1 = df[df.trace_id == "t1"]  # has a solution: v̂ present, g = exp(R̂) + exp(v̂)
     assert t1.v_hat.notna().all()
     assert (t1.g_after - (t1.r_hat.map(math.exp) + t1.v_hat.map(math.exp))).abs().max() < 1e-12
@@ -60,16 +65,16 @@ def test_value_vhat_needs_solution(scorer, traces_file):
 
 
 def test_length_norm_changes_only_vhat(scorer, traces_file):
-    a, _ = rows_of(scorer, traces_file)
-    b, _ = rows_of(scorer, traces_file, length_norm=True)
+    a, _ = rows_of(scorer, traces_file, value="both", solution_part="whole")
+    b, _ = rows_of(scorer, traces_file, value="both", solution_part="whole", length_norm=True)
     assert (a.r_hat - b.r_hat).abs().max() == 0
     t1a, t1b = a[a.trace_id == "t1"], b[b.trace_id == "t1"]
     assert (t1b.v_hat > t1a.v_hat).all()  # dividing a negative log-prob by |U*| raises it
 
 
 def test_packed_equals_naive(scorer, traces_file):
-    a, _ = rows_of(scorer, traces_file)
-    b, _ = rows_of(scorer, traces_file, probe_mode="naive")
+    a, _ = rows_of(scorer, traces_file, value="both", solution_part="whole")
+    b, _ = rows_of(scorer, traces_file, value="both", solution_part="whole", probe_mode="naive")
     for col in ("r_hat", "v_hat", "r_hat_before", "score"):
         x, y = a[col].astype(float).fillna(0), b[col].astype(float).fillna(0)
         assert (x - y).abs().max() < 1e-4, col
@@ -113,7 +118,8 @@ def test_trace_without_solution_first_then_with(scorer, traces_file, tmp_path):
     p = tmp_path / "reordered.jsonl"
     p.write_text("\n".join([lines[1], lines[0], lines[2]]) + "\n")
     out = tmp_path / "r.parquet"
-    run_analysis(p, scorer, methods={"rredcot": None}, outputs={"rredcot": out},
+    run_analysis(p, scorer, methods={"rredcot": RredcotOptions(value="both")},
+                 outputs={"rredcot": out},
                  segment_options=SegmentOptions(segments=3))
     df = pd.read_parquet(out)
     assert df[df.trace_id == "t2"].v_hat.isna().all()
@@ -184,13 +190,14 @@ def test_vhat_probe_text_at_each_boundary(scorer):
     # Every state ends a line (the prompt's template ends in "\n" too): no connector, so no
     # empty line; the exit string starts a line of its own after U*.
     full = "Apples cost 4 each.\nSo 3 apples cost 12.\nThe answer is 12"
-    assert probe_texts(scorer, ctx, forcing=ANSWER_LINE) == [full] * 3
+    assert probe_texts(scorer, ctx, solution_part="whole", forcing=ANSWER_LINE) == [full] * 3
     assert probe_texts(scorer, ctx, solution_part="remaining", forcing=ANSWER_LINE) == [
         full, "So 3 apples cost 12.\nThe answer is 12", "The answer is 12"]
     # An exit string that opens with whitespace follows U* as it is.
     assert probe_texts(scorer, ctx, solution_part="remaining")[1] == (
         "So 3 apples cost 12." + EXIT_PLAIN + "12")
-    for b, text in zip(ctx.segmentation.boundaries, probe_texts(scorer, ctx, forcing=ANSWER_LINE)):
+    for b, text in zip(ctx.segmentation.boundaries,
+                       probe_texts(scorer, ctx, solution_part="whole", forcing=ANSWER_LINE)):
         n = ctx.prefix_len(b)
         assert "\n\n" not in scorer.tokenizer.decode(ctx.encoded.ids[n - 3 : n]) + text
 
@@ -256,7 +263,7 @@ def test_vhat_weight_zero_is_rhat_alone_exactly(scorer, traces_file, space, part
 
 
 def test_vhat_weight_scales_the_vhat_term(scorer, traces_file):
-    df, _ = rows_of(scorer, traces_file, vhat_weight=0.25, solution_part="remaining")
+    df, _ = rows_of(scorer, traces_file, value="both", vhat_weight=0.25)
     t1 = df[df.trace_id == "t1"]
     lam_pv = t1.g_after - t1.r_hat.map(math.exp)
     assert (lam_pv - 0.25 * t1.v_hat.map(math.exp)).abs().max() < 1e-12
@@ -268,16 +275,15 @@ def test_remaining_vhat_at_the_end_is_the_forced_answer(scorer):
 
     ctx = context(scorer, LINES_TRACE, 2)
     for norm in (False, True):
-        est = estimate(ctx, RredcotOptions(solution_part="remaining", length_norm=norm,
+        est = estimate(ctx, RredcotOptions(value="both", length_norm=norm,
                                            forcing=ANSWER_LINE))
         assert est.v_hat[-1] == pytest.approx(est.r_hat[-1], abs=1e-9)
         assert all(v < est.r_hat[k] for k, v in enumerate(est.v_hat[:-1]) if not norm)
 
 
 def test_remaining_packed_equals_naive(scorer, traces_file):
-    a, _ = rows_of(scorer, traces_file, solution_part="remaining", length_norm=True)
-    b, _ = rows_of(scorer, traces_file, solution_part="remaining", length_norm=True,
-                   probe_mode="naive")
+    a, _ = rows_of(scorer, traces_file, value="both", length_norm=True)
+    b, _ = rows_of(scorer, traces_file, value="both", length_norm=True, probe_mode="naive")
     x, y = a.v_hat.astype(float).fillna(0), b.v_hat.astype(float).fillna(0)
     assert (x - y).abs().max() < 1e-4
 
