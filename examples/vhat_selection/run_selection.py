@@ -130,18 +130,35 @@ def mean_ci(x: np.ndarray) -> tuple[float, float, float]:
 
 def figures(split: str, variants: dict[str, pd.DataFrame], reference: pd.DataFrame) -> pd.DataFrame:
     """Per variant: mean Spearman, and its paired difference against the reference (R̂ alone),
-    over the traces where both are defined."""
+    over the traces where both are defined; also against the text-free baseline."""
     ref = per_trace_spearman(reference)
+    base = per_trace_spearman(position_outcome(split))
     rows = []
     for name, v in variants.items():
         r = per_trace_spearman(v)
-        both = pd.concat([r, ref], axis=1, keys=["v", "ref"]).dropna()
+        both = pd.concat([r, ref, base], axis=1, keys=["v", "ref", "base"]).dropna()
         m, lo, hi = mean_ci(both.v.to_numpy())
         d, dlo, dhi = (mean_ci((both.v - both.ref).to_numpy()) if name != "R̂ alone"
                        else (0.0, 0.0, 0.0))
+        b, blo, bhi = mean_ci((both.v - both.base).to_numpy()) if "no text" not in name else (
+            0.0, 0.0, 0.0)
         rows.append({"split": split, "variant": name, "traces": len(both), "spearman": m,
-                     "lo": lo, "hi": hi, "diff_vs_rhat": d, "diff_lo": dlo, "diff_hi": dhi})
+                     "lo": lo, "hi": hi, "diff_vs_rhat": d, "diff_lo": dlo, "diff_hi": dhi,
+                     "diff_vs_notext": b, "notext_lo": blo, "notext_hi": bhi})
     return pd.DataFrame(rows)
+
+
+def early_late(variants: dict[str, pd.DataFrame]) -> str:
+    """Supplementary, added after the decision: pooled Spearman with MC on the first and the
+    second half of the segments (does a variant see early errors, as v̂ is meant to?)."""
+    lines = ["| variant | early (segments 0–1) | late (segments 2–3) |", "|---|---|---|"]
+    for name, v in variants.items():
+        m = v.merge(mc_credit(), on=["trace_id", "segment"])
+        early = m[m.segment < 2]
+        late = m[m.segment >= 2]
+        lines.append(f"| {name} | {stats.spearmanr(early.value, early.mc).statistic:.3f} | "
+                     f"{stats.spearmanr(late.value, late.mc).statistic:.3f} |")
+    return "\n".join(lines)
 
 
 def all_variants(split: str) -> dict[str, pd.DataFrame]:
@@ -165,13 +182,15 @@ def decide(dev: pd.DataFrame) -> dict:
 
 
 def fmt(df: pd.DataFrame) -> str:
-    lines = ["| variant | traces | mean Spearman with MC [95% CI] | − R̂ alone, paired [95% CI] |",
-             "|---|---|---|---|"]
+    lines = ["| variant | traces | mean Spearman with MC [95% CI] | − R̂ alone, paired [95% CI] "
+             "| − position × outcome, paired [95% CI] |", "|---|---|---|---|---|"]
     for r in df.itertuples():
         diff = "–" if r.variant == "R̂ alone" else (
             f"{r.diff_vs_rhat:+.3f} [{r.diff_lo:+.3f}, {r.diff_hi:+.3f}]")
+        notext = "–" if "no text" in r.variant else (
+            f"{r.diff_vs_notext:+.3f} [{r.notext_lo:+.3f}, {r.notext_hi:+.3f}]")
         lines.append(f"| {r.variant} | {r.traces} | {r.spearman:.3f} [{r.lo:.3f}, {r.hi:.3f}] "
-                     f"| {diff} |")
+                     f"| {diff} | {notext} |")
     return "\n".join(lines)
 
 
@@ -196,9 +215,13 @@ def main() -> None:
         d = json.loads((HERE / "decision.json").read_text())
         parts = []
         for split in SPLITS:
-            f = figures(split, all_variants(split), values(split, "rhat"))
+            variants = all_variants(split)
+            f = figures(split, variants, values(split, "rhat"))
             f.to_csv(HERE / f"figures_{split.replace('-', '')}.csv", index=False)
-            parts.append(f"## {SPLITS[split]} traces\n\n{fmt(f)}\n")
+            parts.append(f"## {SPLITS[split]} traces\n\n{fmt(f)}\n\n"
+                         "Supplementary (added after the decision, not part of the protocol): "
+                         "pooled Spearman of value differences with MC credit by position.\n\n"
+                         f"{early_late(variants)}\n")
         (HERE / "results.md").write_text(
             "# Choosing v̂: figures (`run_selection.py report`)\n\n"
             f"Selected on development traces: **{d['selected']}** (paired difference "
