@@ -68,8 +68,8 @@ class RredcotOptions:
     )
     space: str = option(
         "prob", choices=("prob", "log"),
-        help="prob: g_k = exp(R̂_k) + exp(v̂_k), rewards are differences of probabilities; "
-        "log: g_k = logsumexp(R̂_k, v̂_k), differences of log-probabilities.",
+        help="prob: g_k = exp(R̂_k) + λ·exp(v̂_k), rewards are differences of probabilities; "
+        "log: g_k = logsumexp(R̂_k, log λ + v̂_k), differences of log-probabilities.",
     )
     sum_to: str = option(
         "return", choices=("return", "advantage"),
