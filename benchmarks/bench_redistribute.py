@@ -13,6 +13,7 @@ side in one process.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 
@@ -43,7 +44,9 @@ def synthetic_trace(scorer, n_tokens: int) -> Trace:
     return Trace(
         "bench", "Apples cost 3 dollars and oranges 2 dollars. What do 4 apples and 5 oranges cost?",
         "\n".join(lines) + "\nThe final answer is $\\boxed{22}$.", "22",
-        solution="4 * 3 = 12 and 5 * 2 = 10, so the total is 22. The final answer is $\\boxed{22}$.",
+        solution="4 apples at 3 dollars each cost 4 * 3 = 12 dollars.\n"
+        "5 oranges at 2 dollars each cost 5 * 2 = 10 dollars.\n"
+        "So the total is 12 + 10 = 22 dollars.\nThe final answer is $\\boxed{22}$.",
         outcome=1.0,
     )
 
@@ -75,12 +78,13 @@ def main() -> None:
     scorer.terminator_ids("}")  # built once per model; not per trace
     x = torch.tensor([enc.ids], device=scorer.device)
 
-    def redistribute(value: str):
+    def redistribute(value: str, part: str = "whole"):
         def run():
             e = scorer.encode(trace, reserve=256)
             fwd = scorer.forward(e.ids, stats_from=e.prompt_len)
             seg = segment_encoded(e, fwd.entropies, seg_opts)
-            rredcot_run(TraceContext(scorer, e, fwd, seg), RredcotOptions(value=value))
+            rredcot_run(TraceContext(scorer, e, fwd, seg),
+                        RredcotOptions(value=value, solution_part=part))
         return run
 
     def plain():
@@ -97,18 +101,24 @@ def main() -> None:
         t_plain = timed(plain, args.repeats)
         t_rhat = timed(redistribute("rhat"), args.repeats)
         t_both = timed(redistribute("both"), args.repeats)
+        t_remaining = timed(redistribute("both", "remaining"), args.repeats)
         t_naive = None if args.skip_naive else timed(naive, max(1, args.repeats // 2))
-        packed = estimate(ctx, RredcotOptions(value="both"))
-        ref = packed if args.skip_naive else estimate(ctx, RredcotOptions(value="both", probe_mode="naive"))
+        checked = RredcotOptions(value="both", solution_part="remaining")
+        packed = estimate(ctx, checked)
+        ref = packed if args.skip_naive else estimate(
+            ctx, dataclasses.replace(checked, probe_mode="naive"))
     print(f"model: {scorer.name}  device: {scorer.device}  dtype: {scorer.dtype}  threads: {torch.get_num_threads()}")
     print(f"trace: {enc.prompt_len} prompt + {enc.n_reasoning} reasoning tokens, {len(ctx.segmentation)} segments")
     print(f"plain forward (model logits)    {t_plain:8.2f} s")
     print(f"redistribute --value rhat       {t_rhat:8.2f} s   ({t_rhat / t_plain:.2f}x plain forward)")
-    print(f"redistribute --value both       {t_both:8.2f} s   ({t_both / t_plain:.2f}x plain forward)")
+    print(f"redistribute --value both       {t_both:8.2f} s   ({t_both / t_plain:.2f}x plain forward)"
+          "   --solution-part whole")
+    print(f"redistribute --value both       {t_remaining:8.2f} s   "
+          f"({t_remaining / t_plain:.2f}x plain forward)   --solution-part remaining")
     if t_naive is not None:
         print(f"naive per-boundary (rhat)       {t_naive:8.2f} s   (redistribute is {t_naive / t_rhat:.1f}x faster)")
         diff = max(abs(a - b) for a, b in zip(packed.r_hat + packed.v_hat, ref.r_hat + ref.v_hat))
-        print(f"max |packed - naive| log-prob (R̂ and v̂): {diff:.2e}")
+        print(f"max |packed - naive| log-prob (R̂ and v̂, remaining): {diff:.2e}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """Slow checks on the embedded SmolLM2-135M-Instruct (run with `make test-slow`)."""
 
+import dataclasses
+
 import pytest
 
 from cotcredit.lm import ModelOptions, load_scorer
@@ -57,8 +59,9 @@ def test_packed_equals_naive_on_the_embedded_model(smol):
     t = lookup_trace("plum", "9", True)
     t = Trace(t.id, t.prompt, t.response, t.answer, solution="The plum row says 9 dollars. "
               "The final answer is $\\boxed{9}$.", outcome=1.0)
-    a = run_analysis([t], smol, methods={"rredcot": RredcotOptions()}).rows["rredcot"]
-    b = run_analysis([t], smol, methods={"rredcot": RredcotOptions(probe_mode="naive")}).rows["rredcot"]
+    both = RredcotOptions(value="both")
+    a = run_analysis([t], smol, methods={"rredcot": both}).rows["rredcot"]
+    b = run_analysis([t], smol, methods={"rredcot": dataclasses.replace(both, probe_mode="naive")}).rows["rredcot"]
     for x, y in zip(a, b):
         assert abs(x["r_hat"] - y["r_hat"]) < 1e-4 and abs(x["v_hat"] - y["v_hat"]) < 1e-4
 

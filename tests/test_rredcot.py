@@ -40,8 +40,13 @@ def test_rewards_sum_to_outcome(scorer, traces_file, sum_to, space):
         assert (inner.score - (inner.g_after - inner.g_before)).abs().max() < 1e-12 if len(inner) else True
 
 
+def test_default_is_rhat_alone(scorer, traces_file):
+    df, _ = rows_of(scorer, traces_file)
+    assert df.v_hat.isna().all() and (df.g_after - df.r_hat.map(math.exp)).abs().max() == 0
+
+
 def test_components_and_outcomes(scorer, traces_file):
-    df, summary = rows_of(scorer, traces_file)
+    df, summary = rows_of(scorer, traces_file, value="both")
     t1 = df[df.trace_id == "t1"]  # has a solution: v̂ present, g = exp(R̂) + exp(v̂)
     assert t1.v_hat.notna().all()
     assert (t1.g_after - (t1.r_hat.map(math.exp) + t1.v_hat.map(math.exp))).abs().max() < 1e-12
@@ -60,16 +65,16 @@ def test_value_vhat_needs_solution(scorer, traces_file):
 
 
 def test_length_norm_changes_only_vhat(scorer, traces_file):
-    a, _ = rows_of(scorer, traces_file)
-    b, _ = rows_of(scorer, traces_file, length_norm=True)
+    a, _ = rows_of(scorer, traces_file, value="both", solution_part="whole")
+    b, _ = rows_of(scorer, traces_file, value="both", solution_part="whole", length_norm=True)
     assert (a.r_hat - b.r_hat).abs().max() == 0
     t1a, t1b = a[a.trace_id == "t1"], b[b.trace_id == "t1"]
     assert (t1b.v_hat > t1a.v_hat).all()  # dividing a negative log-prob by |U*| raises it
 
 
 def test_packed_equals_naive(scorer, traces_file):
-    a, _ = rows_of(scorer, traces_file)
-    b, _ = rows_of(scorer, traces_file, probe_mode="naive")
+    a, _ = rows_of(scorer, traces_file, value="both", solution_part="whole")
+    b, _ = rows_of(scorer, traces_file, value="both", solution_part="whole", probe_mode="naive")
     for col in ("r_hat", "v_hat", "r_hat_before", "score"):
         x, y = a[col].astype(float).fillna(0), b[col].astype(float).fillna(0)
         assert (x - y).abs().max() < 1e-4, col
@@ -113,7 +118,8 @@ def test_trace_without_solution_first_then_with(scorer, traces_file, tmp_path):
     p = tmp_path / "reordered.jsonl"
     p.write_text("\n".join([lines[1], lines[0], lines[2]]) + "\n")
     out = tmp_path / "r.parquet"
-    run_analysis(p, scorer, methods={"rredcot": None}, outputs={"rredcot": out},
+    run_analysis(p, scorer, methods={"rredcot": RredcotOptions(value="both")},
+                 outputs={"rredcot": out},
                  segment_options=SegmentOptions(segments=3))
     df = pd.read_parquet(out)
     assert df[df.trace_id == "t2"].v_hat.isna().all()
@@ -152,3 +158,138 @@ def test_wrong_trace_commitment_is_negative_in_both_spaces(scorer, space):
     assert rows[-1]["score"] <= 0
     assert math.fsum(r["score"] for r in rows) == pytest.approx(rows[0]["terminal"], abs=1e-9)
     assert rows[0]["space"] == space
+
+
+# ---- v̂'s probe text, the step alignment, the weight λ ----------------------------------------
+LINES_TRACE = Trace(
+    "lines", "What do 3 apples cost?",
+    "Apples cost 4 each.\nSo 3 apples cost 12.\nThe answer is 12.", "12",
+    solution="Apples cost 4 each.\nSo 3 apples cost 12.\nThe answer is 12.", outcome=1.0,
+)
+ANSWER_LINE = ForcingOptions(exit_string="The answer is ")
+
+
+def context(scorer, trace, segments):
+    enc = scorer.encode(trace, reserve=64)
+    fwd = scorer.forward(enc.ids)
+    return TraceContext(scorer, enc, fwd, segment_encoded(enc, fwd.entropies,
+                                                          SegmentOptions(segments=segments)))
+
+
+def probe_texts(scorer, ctx, **opts):
+    from cotcredit.methods.rredcot import solution_probes
+
+    probes = solution_probes(ctx, RredcotOptions(**opts))
+    return [scorer.tokenizer.decode(p.ids) for p in probes]
+
+
+def test_vhat_probe_text_at_each_boundary(scorer):
+    ctx = context(scorer, LINES_TRACE, 2)
+    assert [s.text for s in ctx.segmentation.segments] == ["Apples cost 4 each.\n",
+                                                           "So 3 apples cost 12.\n"]
+    # Every state ends a line (the prompt's template ends in "\n" too): no connector, so no
+    # empty line; the exit string starts a line of its own after U*.
+    full = "Apples cost 4 each.\nSo 3 apples cost 12.\nThe answer is 12"
+    assert probe_texts(scorer, ctx, solution_part="whole", forcing=ANSWER_LINE) == [full] * 3
+    assert probe_texts(scorer, ctx, solution_part="remaining", forcing=ANSWER_LINE) == [
+        full, "So 3 apples cost 12.\nThe answer is 12", "The answer is 12"]
+    # An exit string that opens with whitespace follows U* as it is.
+    assert probe_texts(scorer, ctx, solution_part="remaining")[1] == (
+        "So 3 apples cost 12." + EXIT_PLAIN + "12")
+    for b, text in zip(ctx.segmentation.boundaries,
+                       probe_texts(scorer, ctx, solution_part="whole", forcing=ANSWER_LINE)):
+        n = ctx.prefix_len(b)
+        assert "\n\n" not in scorer.tokenizer.decode(ctx.encoded.ids[n - 3 : n]) + text
+
+
+def test_vhat_connector_only_where_the_state_stops_mid_line(scorer):
+    trace = Trace("mid", "What do 3 apples cost?",
+                  "Apples cost 4 each. So 3 apples cost 12.\nThe answer is 12.", "12",
+                  solution="Apples cost 4 each.\nSo 3 apples cost 12.", outcome=1.0)
+    ctx = context(scorer, trace, 2)
+    assert ctx.segmentation.segments[0].text == "Apples cost 4 each. "  # cut before "So"
+    texts = probe_texts(scorer, ctx, solution_part="remaining", forcing=ANSWER_LINE)
+    assert texts[1] == "\nSo 3 apples cost 12.\nThe answer is 12"  # C = "\n" starts a line
+
+
+def test_steps_covered_is_proportional_and_one_to_one_when_counts_match():
+    from cotcredit.methods.rredcot import steps_covered
+
+    assert [steps_covered(k, 4, 4) for k in range(5)] == [0, 1, 2, 3, 4]
+    assert [steps_covered(k, 8, 4) for k in range(9)] == [0, 0, 1, 1, 2, 2, 3, 3, 4]
+    assert [steps_covered(k, 2, 5) for k in range(3)] == [0, 2, 5]
+    assert [steps_covered(k, 3, 1) for k in range(4)] == [0, 0, 0, 1]
+
+
+def test_reference_steps_and_what_remains():
+    from cotcredit.methods.rredcot import reference_steps, remaining_solution
+
+    steps = reference_steps("Read the row.\n\nThe kiwi costs 7.\nSo it costs 7.\nThe answer is 7.")
+    assert steps == ["Read the row.", "The kiwi costs 7.", "So it costs 7."]  # no answer line
+    assert [remaining_solution(steps, k, 3) for k in range(4)] == [
+        "Read the row.\nThe kiwi costs 7.\nSo it costs 7.", "The kiwi costs 7.\nSo it costs 7.",
+        "So it costs 7.", ""]
+    # Six segments over three steps: a step is covered every second segment.
+    assert [remaining_solution(steps, k, 6) for k in (1, 2, 5, 6)] == [
+        "Read the row.\nThe kiwi costs 7.\nSo it costs 7.", "The kiwi costs 7.\nSo it costs 7.",
+        "So it costs 7.", ""]
+
+
+def test_remaining_probes_on_a_trace_not_aligned_one_to_one(scorer):
+    # Three segments, two reference steps: covered 0, 0, 1, 2 steps at s_0..s_3.
+    trace = Trace("three", "What do 3 apples cost?",
+                  "Apples cost 4 each.\nThere are 3 apples.\nSo 3 apples cost 12.\n"
+                  "The answer is 12.", "12",
+                  solution="Apples cost 4 each.\nSo 3 apples cost 12.", outcome=1.0)
+    ctx = context(scorer, trace, 3)
+    assert len(ctx.segmentation) == 3
+    assert probe_texts(scorer, ctx, solution_part="remaining", forcing=ANSWER_LINE) == [
+        "Apples cost 4 each.\nSo 3 apples cost 12.\nThe answer is 12",
+        "Apples cost 4 each.\nSo 3 apples cost 12.\nThe answer is 12",
+        "So 3 apples cost 12.\nThe answer is 12",
+        "The answer is 12",
+    ]
+
+
+@pytest.mark.parametrize("space", ["prob", "log"])
+@pytest.mark.parametrize("part", ["whole", "remaining"])
+def test_vhat_weight_zero_is_rhat_alone_exactly(scorer, traces_file, space, part):
+    rhat, _ = rows_of(scorer, traces_file, value="rhat", space=space)
+    zero, _ = rows_of(scorer, traces_file, value="both", vhat_weight=0.0, space=space,
+                      solution_part=part)
+    assert zero.v_hat.isna().all()  # not computed: the probes packed are R̂'s alone
+    for col in ("score", "g_before", "g_after", "r_hat", "correction", "terminal"):
+        assert list(zero[col]) == list(rhat[col]), col  # exactly, not approximately
+
+
+def test_vhat_weight_scales_the_vhat_term(scorer, traces_file):
+    df, _ = rows_of(scorer, traces_file, value="both", vhat_weight=0.25)
+    t1 = df[df.trace_id == "t1"]
+    lam_pv = t1.g_after - t1.r_hat.map(math.exp)
+    assert (lam_pv - 0.25 * t1.v_hat.map(math.exp)).abs().max() < 1e-12
+
+
+def test_remaining_vhat_at_the_end_is_the_forced_answer(scorer):
+    # Nothing left of U* at s_K: v̂_K = log p(Y* | s_K ⊕ E) = R̂_K (no connector after "\n").
+    from cotcredit.methods.rredcot import estimate
+
+    ctx = context(scorer, LINES_TRACE, 2)
+    for norm in (False, True):
+        est = estimate(ctx, RredcotOptions(value="both", length_norm=norm,
+                                           forcing=ANSWER_LINE))
+        assert est.v_hat[-1] == pytest.approx(est.r_hat[-1], abs=1e-9)
+        assert all(v < est.r_hat[k] for k, v in enumerate(est.v_hat[:-1]) if not norm)
+
+
+def test_remaining_packed_equals_naive(scorer, traces_file):
+    a, _ = rows_of(scorer, traces_file, value="both", length_norm=True)
+    b, _ = rows_of(scorer, traces_file, value="both", length_norm=True, probe_mode="naive")
+    x, y = a.v_hat.astype(float).fillna(0), b.v_hat.astype(float).fillna(0)
+    assert (x - y).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("bad", [{"vhat_weight": -1.0}, {"vhat_weight": math.inf},
+                                 {"value": "vhat", "vhat_weight": 0.0}])
+def test_vhat_weight_is_checked(bad):
+    with pytest.raises(UserError, match="vhat-weight"):
+        RredcotOptions(**bad).validate()

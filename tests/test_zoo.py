@@ -20,7 +20,7 @@ from cotcredit.forcing import ForcingOptions, answer_forcing
 from cotcredit.lm import Scorer
 from cotcredit.methods.attribution import ValueFunction
 from cotcredit.methods.base import TraceContext
-from cotcredit.methods.rredcot import RredcotOptions, estimate
+from cotcredit.methods.rredcot import RredcotOptions, estimate, solution_probes
 from cotcredit.segmentation import SegmentOptions, segment_encoded
 from cotcredit.traces import Trace
 
@@ -120,14 +120,15 @@ def test_probes_equal_the_models_own_forward(family, tokenizer):
     assert torch.allclose(ctx.forward.entropies[p - 1 :], own_entropy[p - 1 :], atol=1e-4)
 
     # RREDCoT: R̂_k and v̂_k at every boundary.
-    est = estimate(ctx, RredcotOptions(value="both"))
+    options = RredcotOptions(value="both")
+    est = estimate(ctx, options)
     forcing = answer_forcing(scorer, ForcingOptions())
     r_probe = forcing.answer_probe(TRACE.answer)
-    v_probe = forcing.solution_probe("\n", TRACE.solution, TRACE.answer)
-    u0, u1 = v_probe.span("solution")
-    y0, _ = v_probe.span("answer")
     term = forcing.terminators
-    for k, b in enumerate(ctx.segmentation.boundaries):
+    for k, (b, v_probe) in enumerate(zip(ctx.segmentation.boundaries,
+                                         solution_probes(ctx, options))):
+        u0, u1 = v_probe.span("solution")
+        y0, _ = v_probe.span("answer")
         prefix = enc.ids[: p + b]
         a0 = len(prefix) + r_probe.span("answer")[0]
         assert est.r_hat[k] == pytest.approx(

@@ -3,7 +3,10 @@
 RREDCoT's R̂ and every attribution target score log p(Y* | prefix ⊕ E); RREDCoT's v̂ scores
 p(U* | prefix ⊕ C) · p(Y* | prefix ⊕ C ⊕ U* ⊕ E). The pieces after the prefix are tokenized
 together (`encoding.encode_parts`), as the model would write the joined text, and Y* and U* are
-located in them by character offsets.
+located in them by character offsets. The seams read as the model's own text: C is left out
+after a prefix that already ends with it (no empty line after a finished line), and E follows
+U* on a new line unless E itself starts with whitespace ("…41 coins.\nThe answer is 41", never
+"…41 coins.The answer is 41").
 
 E closes the reasoning and opens the answer. It is chosen once per run, from the model, never
 per trace: `"\\n</think>\\n\\nThe final answer is $\\boxed{"` for a model whose chat template
@@ -82,25 +85,42 @@ class Forcing:
         return self._parts([(self.exit_string, None), (_answer(answer, where), "answer")], where)
 
     def solution_probe(self, connector: str, solution: str, answer: str, where: str = "") -> Parts:
-        """C ⊕ U* ⊕ E ⊕ Y*, with the spans "solution" and "answer". U* is the reference solution
-        up to its own final-answer statement (`reasoning_end`): E states the answer after it,
-        as after the trace's reasoning, so p(Y* | ... ⊕ U* ⊕ E) is not a copy of U*'s last line."""
-        body = solution[: reasoning_end(solution)].strip() or solution.strip()
-        return self._parts(
-            [
-                (connector, None),
-                (body, "solution"),
-                (self.exit_string, None),
-                (_answer(answer, where), "answer"),
-            ],
-            where,
-        )
+        """C ⊕ U* ⊕ E ⊕ Y*, with the spans "solution" and "answer".
+
+        U* is `solution` up to its own final-answer statement (`solution_body`); "" when none
+        is left, and the span "solution" is then empty, (0, 0). `connector` is C as
+        `connector_after` gives it for the prefix. U* and E are joined as the model writes an
+        answer after its reasoning: E as is when it starts with whitespace, else on a line of
+        its own."""
+        body = solution_body(solution) if solution.strip() else ""
+        parts = [(connector, None)]
+        if body:
+            sep = "" if self.exit_string[:1].isspace() else "\n"
+            parts += [(body, "solution"), (sep, None)]
+        parts += [(self.exit_string, None), (_answer(answer, where), "answer")]
+        probe = self._parts(parts, where)
+        if not body:
+            probe.spans["solution"] = (0, 0)
+        return probe
 
     def _parts(self, parts, where: str) -> Parts:
         try:
             return encode_parts(self.tokenizer, [(t, n) for t, n in parts if t or n])
         except UserError as e:
             raise UserError(f"{where}: {e}" if where else str(e)) from None
+
+
+def solution_body(solution: str) -> str:
+    """U*: the reference solution up to its own final-answer statement (`reasoning_end`), so
+    that E states the answer after it as after the trace's reasoning and p(Y* | ... ⊕ U* ⊕ E)
+    is not a copy of U*'s last line."""
+    return solution[: reasoning_end(solution)].strip() or solution.strip()
+
+
+def connector_after(prefix_tail: str, connector: str) -> str:
+    """C after a prefix ending in `prefix_tail`: none where the prefix already ends with it (a
+    state that ends a line continues on the next line, not after an empty one)."""
+    return "" if connector and prefix_tail.endswith(connector) else connector
 
 
 def _answer(answer: str, where: str) -> str:

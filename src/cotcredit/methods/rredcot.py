@@ -4,17 +4,22 @@ States s_0..s_K: the prompt plus the first k reasoning segments (s_0 = prompt on
 state the model being analysed gives two forward-only estimates (log space):
 
     R̂_k = log p(Y* | s_k ⊕ E)                                    immediate reward
-    v̂_k = log p(U* | s_k ⊕ C) + log p(Y* | s_k ⊕ C ⊕ U* ⊕ E)        value of continuing
+    v̂_k = log p(U*_k | s_k ⊕ C) + log p(Y* | s_k ⊕ C ⊕ U*_k ⊕ E)    value of continuing
 
-Y* is the reference answer, E the answer-forcing exit string, U* the reference solution used as
-importance-sampling proposal, C a connector. With `length_norm`, log p(U* | ...) is divided by
-|U*| (a per-token geometric mean: an experiment, not the estimator).
+Y* is the reference answer, E the answer-forcing exit string, U*_k the reference solution used
+as importance-sampling proposal, C a connector (left out where s_k already ends with it; E
+follows U* on its own line, see `forcing`). `solution_part` says what U*_k is: "whole", the
+reference solution from its first step at every state (the model is asked to start over), or
+"remaining", the reference steps not yet covered at s_k (`steps_covered`: steps are U*'s
+lines, covered in proportion to the segments done), which reads the continuation *from* s_k.
+With `length_norm`, log p(U*_k | ...) is divided by |U*_k| in tokens (a per-token geometric
+mean: an experiment, not the estimator).
 
 Combination. In `space="prob"` (default) the estimates are combined as probabilities,
-g_k = exp(R̂_k) + exp(v̂_k), so v̂ stays the importance-sampling estimate it claims to be (each
-term is computed in log space and exponentiated once, which is exact in float64). In
-`space="log"`, g_k = logsumexp(R̂_k, v̂_k). `value` picks rhat, vhat or both terms. With both
-terms g_k can exceed 1 (two estimates of one success probability, added): rewards are then not
+g_k = exp(R̂_k) + λ·exp(v̂_k) (λ = `vhat_weight`, 1 for the estimator), so v̂ stays the
+importance-sampling estimate it claims to be (each term is computed in log space and
+exponentiated once). In `space="log"`, g_k = logsumexp(R̂_k, log λ + v̂_k). λ = 0 gives R̂
+alone, exactly. `value` picks rhat, vhat or both terms. With both terms g_k can exceed 1 (two estimates of one success probability, added): rewards are then not
 confined to [−1, 1] and a correct trace's correction 1 − g_K can be negative; nothing downstream
 assumes otherwise (see the README for how often it happens).
 
@@ -36,8 +41,15 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from cotcredit.encoding import Parts
 from cotcredit.errors import UserError
-from cotcredit.forcing import ForcingOptions, answer_forcing, resolved
+from cotcredit.forcing import (
+    ForcingOptions,
+    answer_forcing,
+    connector_after,
+    resolved,
+    solution_body,
+)
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import check_choices, option
 from cotcredit.outcome import trace_outcome
@@ -45,24 +57,37 @@ from cotcredit.outcome import trace_outcome
 
 @dataclass(frozen=True)
 class RredcotOptions:
-    """Options of RREDCoT; defaults chosen on the lookup benchmark (see benchmarks/)."""
+    """Options of RREDCoT. `value` and `solution_part` were chosen on the development half of
+    the Monte Carlo study (examples/vhat_selection/): no v̂ variant agreed better with Monte
+    Carlo than R̂ alone there, so R̂ alone is the default; when v̂ is asked for, the remaining
+    steps are the form that did best."""
 
     value: str = option(
-        "both", choices=("rhat", "vhat", "both"),
+        "rhat", choices=("rhat", "vhat", "both"),
         help="rhat: R̂ alone; vhat: v̂ alone; both: R̂ + v̂ (v̂ needs a reference solution).",
     )
     space: str = option(
         "prob", choices=("prob", "log"),
-        help="prob: g_k = exp(R̂_k) + exp(v̂_k), rewards are differences of probabilities; "
-        "log: g_k = logsumexp(R̂_k, v̂_k), differences of log-probabilities.",
+        help="prob: g_k = exp(R̂_k) + λ·exp(v̂_k), rewards are differences of probabilities; "
+        "log: g_k = logsumexp(R̂_k, log λ + v̂_k), differences of log-probabilities.",
     )
     sum_to: str = option(
         "return", choices=("return", "advantage"),
         help="return: a trace's rewards sum to its outcome (the first segment also gets g_0); "
         "advantage: they sum to the outcome - g_0.",
     )
+    solution_part: str = option(
+        "remaining", choices=("whole", "remaining"),
+        help="U* in v̂: whole: the reference solution from its first step at every state; "
+        "remaining: its steps not yet covered at the state (steps = its lines, covered in "
+        "proportion to the segments done).",
+    )
     length_norm: bool = option(
         False, help="Per-token (geometric-mean) normalisation of log p(U*) in v̂."
+    )
+    vhat_weight: float = option(
+        1.0, help="Weight λ of the v̂ term: g = exp(R̂) + λ·exp(v̂) (log space: logsumexp(R̂, "
+        "log λ + v̂)); 0 gives R̂ alone exactly (v̂ is then not computed).",
     )
     log_floor: float = option(
         1e-6,
@@ -70,7 +95,8 @@ class RredcotOptions:
         "trace's lowest g if lower.",
     )
     connector: str = option(
-        "\n", help="String C between the prefix and the reference solution in v̂."
+        "\n", help="String C between the prefix and the reference solution in v̂ (left out "
+        "where the prefix already ends with it)."
     )
     forcing: ForcingOptions = option(default_factory=ForcingOptions, help="Answer forcing.")
     probe_mode: str = option(
@@ -83,6 +109,10 @@ class RredcotOptions:
         check_choices(self)
         if not 0 < self.log_floor < 1:
             raise UserError(f"--log-floor must be in (0, 1), got {self.log_floor}")
+        if not (self.vhat_weight >= 0 and math.isfinite(self.vhat_weight)):
+            raise UserError(f"--vhat-weight must be a finite number >= 0, got {self.vhat_weight}")
+        if self.value == "vhat" and self.vhat_weight == 0:
+            raise UserError("--value vhat with --vhat-weight 0 leaves nothing to score")
         return self
 
 
@@ -100,13 +130,61 @@ def _logaddexp(a: float, b: float) -> float:
     return m + math.log(math.exp(a - m) + math.exp(b - m)) if m > -math.inf else -math.inf
 
 
+def reference_steps(solution: str) -> list[str]:
+    """The steps of U*: the non-empty lines of the reference solution up to its own
+    final-answer statement (`solution_body`), without their line breaks."""
+    return [ln.strip() for ln in solution_body(solution).splitlines() if ln.strip()]
+
+
+def steps_covered(k: int, n_segments: int, n_steps: int) -> int:
+    """How many reference steps the trace has covered at state s_k (k of K segments done).
+
+    The alignment rule of `--solution-part remaining`: proportional to position,
+    ⌊k·S/K⌋ of the S steps. It is 1:1 when the trace has as many segments as the solution has
+    steps; otherwise a step counts as covered once the trace has gone through the same fraction
+    of its segments as the step ends at in the solution. It reads no text of the trace: a
+    trace that has gone wrong is asked for the reference's next steps from where it stands,
+    which is what makes v̂ low there. s_0 has covered nothing, s_K everything.
+    """
+    return (k * n_steps) // n_segments if n_segments else 0
+
+
+def remaining_solution(steps: list[str], k: int, n_segments: int) -> str:
+    """U* at state s_k under `--solution-part remaining`: the steps not covered yet, one a line
+    ("" once all are covered; v̂_K is then the forced answer after C)."""
+    return "\n".join(steps[steps_covered(k, n_segments, len(steps)):])
+
+
+def _prefix_tail(ctx: TraceContext, boundary: int) -> str:
+    """The last characters of state s_k's text (the seam a probe continues from)."""
+    n = ctx.prefix_len(boundary)
+    return ctx.scorer.tokenizer.decode(ctx.encoded.ids[max(0, n - 4) : n])
+
+
+def solution_probes(ctx: TraceContext, options: RredcotOptions) -> list[Parts]:
+    """v̂'s probe C ⊕ U*_k ⊕ E ⊕ Y* after each state s_0..s_K of a trace with a solution."""
+    trace = ctx.trace
+    forcing = answer_forcing(ctx.scorer, options.forcing)
+    steps = reference_steps(trace.solution)
+    bounds = ctx.segmentation.boundaries
+    probes = []
+    for k, b in enumerate(bounds):
+        u_text = (remaining_solution(steps, k, len(bounds) - 1)
+                  if options.solution_part == "remaining" else solution_body(trace.solution))
+        c = connector_after(_prefix_tail(ctx, b), options.connector)
+        probes.append(forcing.solution_probe(c, u_text, trace.answer, trace.where))
+    return probes
+
+
 def estimate(ctx: TraceContext, options: RredcotOptions) -> BoundaryEstimates:
     """R̂_k, v̂_k and g_k at every boundary of the trace's segmentation."""
     from cotcredit.lm import Continuation
 
     scorer, trace = ctx.scorer, ctx.trace
     forcing = answer_forcing(scorer, options.forcing)
-    use_v = options.value in ("vhat", "both") and trace.solution is not None
+    # λ = 0: no v̂ probes at all, so the packed passes (and R̂) are those of R̂ alone, bit for bit.
+    use_v = (options.value in ("vhat", "both") and trace.solution is not None
+             and options.vhat_weight > 0)
     if options.value == "vhat" and trace.solution is None:
         raise UserError(
             f"{trace.where}: --value vhat needs a reference solution (field 'solution')"
@@ -118,15 +196,12 @@ def estimate(ctx: TraceContext, options: RredcotOptions) -> BoundaryEstimates:
         Continuation(ctx.prefix_len(b), r_probe.ids, a0, forcing.terminators or None)
         for b in bounds
     ]
-    if use_v:
-        v_probe = forcing.solution_probe(options.connector, trace.solution, trace.answer,
-                                         trace.where)
+    spans = []  # per boundary: (|U*| tokens, answer start - U* start)
+    for b, v_probe in zip(bounds, solution_probes(ctx, options) if use_v else []):
         u0, u1 = v_probe.span("solution")
         y0, _ = v_probe.span("answer")
-        conts += [
-            Continuation(ctx.prefix_len(b), v_probe.ids, u0, forcing.terminators or None)
-            for b in bounds
-        ]
+        spans.append((u1 - u0, y0 - u0))
+        conts.append(Continuation(ctx.prefix_len(b), v_probe.ids, u0, forcing.terminators or None))
     if options.probe_mode == "packed":
         scores = scorer.score_continuations(ctx.forward, conts)
     else:
@@ -134,17 +209,21 @@ def estimate(ctx: TraceContext, options: RredcotOptions) -> BoundaryEstimates:
     K1 = len(bounds)
     r_hat = [s.logprob for s in scores[:K1]]
     v_hat: list[float | None] = [None] * K1
-    if use_v:
-        nu = u1 - u0
-        for k, s in enumerate(scores[K1:]):
-            log_u = math.fsum(s.token_logprobs[:nu])  # p(U* | s_k ⊕ C)
-            log_y = s.logprob - math.fsum(s.token_logprobs[: y0 - u0])  # p(Y* | ... ⊕ U* ⊕ E)
-            v_hat[k] = (log_u / max(nu, 1) if options.length_norm else log_u) + log_y
+    for k, (s, (nu, ny)) in enumerate(zip(scores[K1:], spans)):
+        log_u = math.fsum(s.token_logprobs[:nu])  # p(U* | s_k ⊕ C)
+        log_y = s.logprob - math.fsum(s.token_logprobs[:ny])  # p(Y* | ... ⊕ U* ⊕ E)
+        v_hat[k] = (log_u / max(nu, 1) if options.length_norm else log_u) + log_y
+    lam = options.vhat_weight
     g = []
     for rh, vh in zip(r_hat, v_hat):
-        terms = [t for t, on in ((rh, options.value != "vhat"), (vh, vh is not None)) if on]
-        log_g = terms[0] if len(terms) == 1 else _logaddexp(*terms)
-        g.append(math.exp(log_g) if options.space == "prob" else log_g)
+        use_r = options.value != "vhat"
+        use_vh = vh is not None
+        if options.space == "prob":
+            # Each term exponentiated once from log space; λ = 0 leaves exp(R̂) untouched.
+            g.append((math.exp(rh) if use_r else 0.0) + (lam * math.exp(vh) if use_vh else 0.0))
+        else:
+            terms = ([rh] if use_r else []) + ([vh + math.log(lam)] if use_vh else [])
+            g.append(terms[0] if len(terms) == 1 else _logaddexp(*terms))
     return BoundaryEstimates(r_hat, v_hat, g)
 
 
