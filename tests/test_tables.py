@@ -371,7 +371,7 @@ def test_tables_of_0_2_are_read_and_resumed(tmp_path):
     reads the folder."""
     import datasets
 
-    study = Path(__file__).parents[1] / "examples" / "mc_study" / "rredcot.parquet"
+    study = Path(__file__).parents[1] / "examples" / "mc_study" / "mc.parquet"
     assert (study / io.LEGACY_META_FILE).exists() and io.is_table_folder(study)
     meta = read_metadata(study)
     assert meta["run_id"] and set(pd.read_parquet(study).run_id) == {meta["run_id"]}

@@ -31,6 +31,12 @@ states every comparison as a paired per-trace difference with its bootstrap CI, 
 the Spearman–Brown "ceiling" by rollout equivalence and a simulated ceiling from the saved
 rollouts. The trigger was a reviewer's check that a position-by-outcome mean of MC's credits
 beats every method.
+
+Changed later, also after the results were seen: v̂ is now read from the state (the reference
+steps not yet covered, at seams the model would write; examples/vhat_selection chose among its
+variants on half of these traces), and `redistribute`'s default became R̂ alone. The rredcot step
+therefore names its estimator, R̂ + v̂ with the remaining reference steps, and rredcot.parquet was
+re-run with it; rredcot-rhat (R̂ alone) is the default. The other tables are the original run's.
 """
 
 from __future__ import annotations
@@ -73,8 +79,8 @@ def main() -> None:
                     "--no-chat-template"]),
         ("segmentation", ["segment", "traces.jsonl", "-o", "segments.parquet", "-k", "4",
                           *common]),
-        ("RREDCoT", ["redistribute", "traces.jsonl", "-o", "rredcot.parquet", *segmented,
-                     *forcing]),
+        ("RREDCoT", ["redistribute", "traces.jsonl", "-o", "rredcot.parquet", "--value", "both",
+                     "--solution-part", "remaining", *segmented, *forcing]),
         ("RREDCoT, R̂ alone", ["redistribute", "traces.jsonl", "-o", "rredcot_rhat.parquet",
                              "--value", "rhat", "--label", "rredcot-rhat", *segmented,
                              *forcing]),

@@ -19,9 +19,10 @@ wrong).
     score_half_a = V_k^A − V_(k−1)^A,  score_half_b = V_k^B − V_(k−1)^B
 
 The two half scores are independent estimates of the same credits from disjoint rollouts. Their
-correlation across segments, r_AB, is MC's split-half reliability: it measures MC's own noise.
-Spearman–Brown gives the reliability of the full N, ρ = 2 r_AB / (1 + r_AB), and no method can be
-expected to correlate with `score` above about √ρ (attenuation by MC's noise). They use the same
+correlation across segments, r_AB, shows MC's own noise at N/2 rollouts. It is not a ceiling for
+other methods' agreement with `score` (a mean of per-trace rank correlations over a few segments
+is no reliability coefficient to step up): `compare` simulates the ceiling and rollout
+equivalence from the saved rollouts instead (cotcredit.report.rollouts). They use the same
 truncation policy and interpolation as `score`; a half with no usable rollout (N = 1, or all cut
 off under "drop") has value NaN, so its scores are NaN. With N even and truncated="wrong",
 (score_half_a + score_half_b) / 2 = score exactly.
