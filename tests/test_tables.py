@@ -415,15 +415,16 @@ def test_rows_go_to_disk_not_to_memory(scorer, traces_file, tmp_path):
     s = run_analysis(traces_file, scorer, methods={"rredcot": None}, outputs={"rredcot": out})
     assert s.rows == {} and s.scored == ["t1", "t2", "t3"]
     rows = s.read_rows("rredcot")
-    # (error_char is null throughout: None in Python rows, NaN once pandas reads it)
-    assert pd.DataFrame(rows).astype({"error_char": "float64"}).equals(pd.read_parquet(out))
+    # (null columns, error_char and with R̂ alone v_hat: None in Python rows, NaN once read)
+    table = pd.read_parquet(out)
+    assert pd.DataFrame(rows).astype(table.dtypes.to_dict()).equals(table)
     assert {r["trace_id"] for r in s.read_rows("rredcot", trace_id="t2")} == {"t2"}
     assert s.read_rows("rredcot", columns=["segment"])[0].keys() == {"segment"}
     mem = run_analysis(traces_file, scorer, methods={"rredcot": None})  # no output: kept
     assert set(mem.rows) == {SEGMENTS, "rredcot"}
     cols = [c for c in pd.read_parquet(out).columns if c != "run_id"]
-    kept = pd.DataFrame(mem.rows["rredcot"])[cols].astype({"error_char": "float64"})
-    pd.testing.assert_frame_equal(kept, pd.read_parquet(out)[cols], check_dtype=False)
+    kept = pd.DataFrame(mem.rows["rredcot"])[cols].astype(table[cols].dtypes.to_dict())
+    pd.testing.assert_frame_equal(kept, table[cols], check_dtype=False)
 
 
 def test_cost_columns_account_for_every_model_token(scorer, traces_file, tmp_path):

@@ -9,6 +9,7 @@ reports once. Without a launcher everything here is a no-op for one process.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 from dataclasses import dataclass
@@ -70,7 +71,17 @@ def processes() -> Processes:
     from accelerate import PartialState
 
     state = PartialState(cpu=_cpu_only(), timeout=WAIT_LIMIT)
+    atexit.register(_close_group)
     return Processes(state.process_index, state.num_processes, state)
+
+
+def _close_group() -> None:
+    """Tear the process group down before the interpreter does: left to exit, gloo's threads
+    can abort a finished process ("terminate called without an active exception")."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _cpu_only() -> bool:
