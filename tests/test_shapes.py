@@ -283,6 +283,10 @@ def test_processbench_through_compare(tmp_path, capsys, tiny_model_dir):
         assert set(pb0.error_char) == {len(PB_ROWS[0]["steps"][0] + STEP_SEPARATOR)}
         assert set(df[df.trace_id == "pb-1"].error_char) == {-1}
     assert (out / "report.html").exists()
+    # the localization table needs no Monte Carlo: the steps are the segments, the label the error
+    loc = pd.read_parquet(out / "localization.parquet")
+    assert {"rredcot", "loo"} <= set(loc["method"])
+    assert "First-error localization" in (out / "report.md").read_text()
 
 
 def test_answer_of_several_lines_without_a_marker_is_kept_with_a_note(tmp_path):
