@@ -51,9 +51,11 @@ from pathlib import Path
 import yaml
 
 from cotcredit.training.metrics import (
+    format_interval,
     mean_interval,
     plot_seed_curves,
     read_metrics,
+    run_finished,
     seed_run_summary,
 )
 
@@ -95,13 +97,6 @@ def run_config(base: Path, arm: str, seed: int, out: Path, args) -> Path:
     path.write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
     return path
 
-
-def finished(run: Path, steps: int) -> bool:
-    evaluation = run / "eval.json"
-    if not evaluation.is_file():
-        return False
-    e = json.loads(evaluation.read_text())
-    return bool(e.get("after")) and int(e["after"].get("step", 0)) >= steps
 
 
 def _load(model_dir: Path):
@@ -203,16 +198,9 @@ def study_summary(runs: dict[str, list[Path]], *, steps: int, window: int):
     return table, per_run
 
 
-def _ci(row, key: str) -> str:
-    mean, low, high = row[key], row[f"{key}_low"], row[f"{key}_high"]
-    if not math.isfinite(mean):
-        return "–"
-    if not math.isfinite(low):
-        return f"{mean:.3f}"
-    return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
-
 
 def comparison_markdown(table) -> str:
+    ci = format_interval
     head = ("| arm | seeds | final (sampled) | gain over start | greedy | area under curve | "
             "final − grpo | "
             "area − grpo | final − shuffled | area − shuffled | scored | weight spread | "
@@ -220,10 +208,10 @@ def comparison_markdown(table) -> str:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for _, r in table.iterrows():
         lines.append(
-            f"| {r['arm']} | {r['seeds']} | {_ci(r, 'eval_after')} | {_ci(r, 'eval_gain')} | "
-            f"{_ci(r, 'greedy')} | "
-            f"{_ci(r, 'auc')} | {_ci(r, 'final_vs_grpo')} | {_ci(r, 'auc_vs_grpo')} | "
-            f"{_ci(r, 'final_vs_shuffled')} | {_ci(r, 'auc_vs_shuffled')} | "
+            f"| {r['arm']} | {r['seeds']} | {ci(r, 'eval_after')} | {ci(r, 'eval_gain')} | "
+            f"{ci(r, 'greedy')} | "
+            f"{ci(r, 'auc')} | {ci(r, 'final_vs_grpo')} | {ci(r, 'auc_vs_grpo')} | "
+            f"{ci(r, 'final_vs_shuffled')} | {ci(r, 'auc_vs_shuffled')} | "
             f"{r['scored_fraction']:.2f} | {r['weight_std']:.3f} | {r['step_seconds']:.1f} | "
             f"{r['seconds_ratio']:.2f} | "
             f"{r['scored_step_seconds']:.1f} |".replace("nan", "–")
@@ -379,7 +367,7 @@ def main(argv: list[str] | None = None) -> None:
     for i, (seed, arm) in enumerate(plan, 1):
         run = out / "runs" / f"{arm}-seed{seed}"
         runs[arm].append(run)
-        if finished(run, args.steps):
+        if run_finished(run, args.steps):
             print(f"[{i}/{len(plan)}] {arm} seed {seed}: done", flush=True)
             continue
         config = run_config(args.config, arm, seed, out, args)

@@ -29,7 +29,6 @@ continues from its last checkpoint. The protocol is fixed here, before any resul
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -38,7 +37,12 @@ from pathlib import Path
 
 import yaml
 
-from cotcredit.training.metrics import plot_seed_curves, seed_run_summary, seed_summary_markdown
+from cotcredit.training.metrics import (
+    plot_seed_curves,
+    run_finished,
+    seed_run_summary,
+    seed_summary_markdown,
+)
 
 HERE = Path(__file__).resolve().parent
 MODES = ("grpo", "rredcot")
@@ -58,13 +62,6 @@ def run_config(mode: str, seed: int, out: Path) -> Path:
     path.write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
     return path
 
-
-def finished(run: Path, steps: int) -> bool:
-    evaluation = run / "eval.json"
-    if not evaluation.is_file():
-        return False
-    e = json.loads(evaluation.read_text())
-    return bool(e.get("after")) and int(e["after"].get("step", 0)) >= steps
 
 
 def main() -> None:
@@ -86,7 +83,7 @@ def main() -> None:
     for i, (seed, mode) in enumerate(plan, 1):
         run = out / "runs" / f"{mode}-seed{seed}"
         runs[mode].append(run)
-        if finished(run, args.steps):
+        if run_finished(run, args.steps):
             print(f"[{i}/{len(plan)}] {mode} seed {seed}: done", flush=True)
             continue
         config = run_config(mode, seed, out)

@@ -381,16 +381,30 @@ def seed_run_summary(
     return table
 
 
+def format_interval(row, key: str, digits: int = 3) -> str:
+    """``row[key]`` with its interval ``row[key_low]``, ``row[key_high]`` as "m [lo, hi]"
+    ("m" alone without an interval, "–" without a value)."""
+    mean, low, high = row[key], row[f"{key}_low"], row[f"{key}_high"]
+    if not math.isfinite(mean):
+        return "–"
+    if not math.isfinite(low):
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def run_finished(output_dir: str | Path, steps: int) -> bool:
+    """Whether a `cotcredit train` run in `output_dir` was evaluated after `steps` steps (its
+    `eval.json` has an "after" evaluation at that step or later): what a study skips on resume."""
+    evaluation = Path(output_dir) / "eval.json"
+    if not evaluation.is_file():
+        return False
+    e = json.loads(evaluation.read_text())
+    return bool(e.get("after")) and int(e["after"].get("step", 0)) >= steps
+
+
 def seed_summary_markdown(table, *, target: float, steps: int, window: int = 10) -> str:
     """``seed_run_summary``'s table as Markdown, with what each number is."""
-
-    def ci(row, key: str, digits: int = 3) -> str:
-        mean, low, high = row[key], row[f"{key}_low"], row[f"{key}_high"]
-        if not math.isfinite(mean):
-            return "–"
-        if not math.isfinite(low):
-            return f"{mean:.{digits}f}"
-        return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+    ci = format_interval
 
     def num(v, fmt: str) -> str:
         return format(v, fmt) if v is not None and math.isfinite(v) else "–"
