@@ -91,3 +91,34 @@ def test_organism_loads_through_model_and_runs_segment_and_redistribute(tmp_path
     r = pd.read_parquet(tmp_path / "r")
     assert len(r) == k and r.score.notna().all()
     assert check_response(problems[0], problems[0].solution).correct
+
+
+def test_forecast_logprob_equals_one_probe_at_a_time(tmp_path):
+    """The batched (right-padded) forecast equals scoring each probe text alone, and it is
+    grouped by steps still to go."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from cotcredit.organism.train import forecast_logprob
+
+    s = split_problems({"train": 50, "dev": 6})
+    opts = TrainOptions(hidden=32, layers=1, heads=2, batch_size=4, max_steps=2, eval_every=2,
+                        eval_problems=2, warmup=1)
+    train_organism(opts, s["train"], s["dev"], tmp_path / "m", log=lambda _: None)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "m").eval()
+    tk = AutoTokenizer.from_pretrained(tmp_path / "m")
+    problems = s["dev"]
+    got = forecast_logprob(model, tk, problems, batch=5)
+    want: dict[int, list[float]] = {}
+    for p in problems:
+        prompt = tk.apply_chat_template([{"role": "user", "content": p.prompt}], tokenize=False,
+                                        add_generation_prompt=True)
+        for k in range(len(p.steps) + 1):
+            head = reference_solution(p, k).rsplit("The answer is ", 1)[0]
+            ids = tk(prompt + head + f"The answer is {p.answer}", add_special_tokens=False,
+                     return_tensors="pt")["input_ids"]
+            with torch.no_grad():
+                logp = torch.log_softmax(model(ids).logits[0, -2], -1)[ids[0, -1]].item()
+            want.setdefault(len(p.steps) - k, []).append(logp)
+    assert sorted(got) == sorted(want)
+    for togo, values in want.items():
+        assert got[togo] == pytest.approx(sum(values) / len(values), abs=2e-3)

@@ -2,6 +2,7 @@
 
     python examples/organism/build.py            # write problems/, model-full/, model-early/
     python examples/organism/build.py --check    # retrain into a temporary folder and compare
+    python examples/organism/build.py --forecast # only forecast.json of the checked-in models
 
 The problem files are always regenerated (seeded; a changed file shows in `git diff`). With
 `--check`, each checkpoint is retrained and compared with the checked-in one: bit-identical
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import sys
 import tempfile
@@ -23,7 +25,7 @@ import torch
 from safetensors.torch import load_file
 
 from cotcredit.organism.task import split_problems, write_problems
-from cotcredit.organism.train import TrainOptions, evaluate, train_organism
+from cotcredit.organism.train import TrainOptions, evaluate, forecast_logprob, train_organism
 
 HERE = Path(__file__).parent
 SIZES = {"train": 20000, "dev": 300, "test": 1000}
@@ -46,14 +48,39 @@ def held_out_report(folder: Path, test) -> dict:
     torch.set_num_threads(1)
     model = AutoModelForCausalLM.from_pretrained(folder)
     tok = AutoTokenizer.from_pretrained(folder)
-    return evaluate(model, tok, test[:HELD_OUT], seed=12345)
+    report = evaluate(model, tok, test[:HELD_OUT], seed=12345)
+    # log p(Y*) of a forced answer by steps still to go (uniform over the values: -3.0).
+    report["forecast_logprob"] = forecast_logprob(model, tok, test[:HELD_OUT])
+    return report
+
+
+def write_forecast(test) -> None:
+    """forecast.json: mean log p(Y*) of the forced answer after k reference steps, by steps
+    still to go, for each checked-in checkpoint (uniform over the 20 values: -3.0)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(1)
+    out = {"problems": len(test), "uniform": round(-math.log(20), 3)}
+    for regime in ("full", "early"):
+        folder = HERE / f"model-{regime}"
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        tok = AutoTokenizer.from_pretrained(folder)
+        out[f"model-{regime}"] = forecast_logprob(model, tok, test)
+    (HERE / "forecast.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="retrain and compare with the checked-in")
     ap.add_argument("--regime", action="append", choices=("full", "early"))
+    ap.add_argument("--forecast", action="store_true",
+                    help="only write forecast.json: how well each checked-in model's forced "
+                    "answer forecasts Y*, by steps still to go")
     args = ap.parse_args(argv)
+    if args.forecast:
+        write_forecast(split_problems(SIZES)["test"][:HELD_OUT])
+        return 0
     splits = split_problems(SIZES)
     for name, problems in splits.items():
         write_problems(problems, HERE / "problems" / f"{name}.jsonl", name)

@@ -128,6 +128,42 @@ def evaluate(model, tok, problems: list[Problem], seed: int) -> dict:
     }
 
 
+def forecast_logprob(model, tok, problems: list[Problem], batch: int = 200) -> dict[int, float]:
+    """How well a forced answer forecasts: the mean log p(Y*) after "The answer is " is
+    appended to the first k reference steps, by the number of steps still to go (n − k).
+
+    0 steps to go is the answer line itself; log(1/20) = −3.0 is a uniform guess over the
+    task's values. The probe is the one RREDCoT makes (the exit string, then the answer, read
+    as one text), on reference prefixes rather than the model's own steps."""
+    rows: list[tuple[int, list[int]]] = []
+    for p in problems:
+        prompt = tok.apply_chat_template(
+            [{"role": "user", "content": p.prompt}], tokenize=False, add_generation_prompt=True
+        )
+        for k in range(len(p.steps) + 1):
+            head = reference_solution(p, k).rsplit(ANSWER_PREFIX, 1)[0] + ANSWER_PREFIX
+            ids = tok(prompt + head + str(p.answer), add_special_tokens=False)["input_ids"]
+            rows.append((len(p.steps) - k, ids))
+    by: dict[int, list[float]] = {}
+    was_training = model.training
+    model.eval()
+    for i in range(0, len(rows), batch):
+        chunk = rows[i : i + batch]
+        width = max(len(ids) for _, ids in chunk)
+        x = torch.full((len(chunk), width), tok.pad_token_id)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for r, (_, ids) in enumerate(chunk):
+            x[r, : len(ids)] = torch.tensor(ids)
+            mask[r, : len(ids)] = 1
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=x, attention_mask=mask).logits.float(), -1)
+        for r, (togo, ids) in enumerate(chunk):
+            # The answer is one token (every value is), the last of the row.
+            by.setdefault(togo, []).append(logp[r, len(ids) - 2, ids[-1]].item())
+    model.train(was_training)
+    return {k: round(sum(v) / len(v), 3) for k, v in sorted(by.items())}
+
+
 def train_organism(options: TrainOptions, train: list[Problem], dev: list[Problem], out: Path,
                    log=print) -> dict:
     """Train one checkpoint and save it (model, tokenizer, `training.json`) to `out`."""
