@@ -67,6 +67,12 @@ organism: install
 organism-study: install
 	HF_HUB_OFFLINE=1 $(PY) examples/organism_study/run_study.py
 
+# Does the segmentation matter? The organism study's methods on the hybrid segmentation (-k 8,
+# -k 4) against one segment per step, on the organism study's traces (run that first).
+.PHONY: organism-segmentation
+organism-segmentation: install
+	HF_HUB_OFFLINE=1 $(PY) examples/organism_segmentation/run_study.py
+
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks examples
 

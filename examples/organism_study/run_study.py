@@ -20,8 +20,10 @@ is fixed here, before any result was seen:
   one segmentation (segments.parquet) that every method reuses (--segments-file).
 - Answer forcing: the task's own answer line, exit string "The answer is " (the organism's
   numbers are single tokens, so p(Y*) needs no terminator).
-- Methods: RREDCoT with R̂ alone (rredcot-rhat), R̂ + v̂ in probability space (rredcot), and
-  R̂ + per-token-normalised v̂ (rredcot-norm); leave-one-out; Shapley (exact up to 6 segments);
+- Methods: RREDCoT with R̂ alone (rredcot-rhat, the default since 0.3), R̂ + v̂ in probability
+  space over the remaining reference steps (rredcot; `--value both --solution-part remaining`,
+  what `--value both` means since 0.3), and the same with per-token-normalised v̂
+  (rredcot-norm); leave-one-out; Shapley (exact up to 6 segments);
   integrated gradients (`--ig-steps`); Monte Carlo with `--rollouts` rollouts per boundary at
   temperature 1, at most 48 new tokens, cut-off rollouts wrong, every rollout saved
   (rollouts.parquet); on the first `--mc-traces` traces when given (a run that must fit a
@@ -114,10 +116,13 @@ def segment_by_lines(out: Path, labels: pd.DataFrame, model: str, log: dict) -> 
     pd.concat(parts, ignore_index=True).to_parquet(out / "segments.parquet")
 
 
-def localization(out: Path, labels: pd.DataFrame, seed: int = 0, boot: int = 2000) -> pd.DataFrame:
-    """Top-1 localization of the first wrong step per method and text-free baseline, with
-    bootstrap CIs and each method's paired difference from the best baseline."""
-    seg = pd.read_parquet(out / "segments.parquet")
+def localization_hits(out: Path, labels: pd.DataFrame,
+                      segments: Path | None = None) -> tuple[list[str], dict[str, np.ndarray],
+                                                          dict[str, np.ndarray]]:
+    """Per trace with a wrong step and a wrong answer (sorted ids): for every method and
+    text-free baseline, 1 if its lowest-scored segment holds `error_char` (the random-segment
+    baseline: 1/K), and which of those traces each method scored."""
+    seg = pd.read_parquet(segments or out / "segments.parquet")
     lab = labels.set_index("trace_id")
     wrong = [t for t in lab.index if lab.loc[t, "error_char"] >= 0 and not lab.loc[t, "correct"]]
     hit_segment: dict[str, int] = {}
@@ -136,8 +141,14 @@ def localization(out: Path, labels: pd.DataFrame, seed: int = 0, boot: int = 200
     scores = _scores(out)
     scored: dict[str, np.ndarray] = {}  # per method: which of `ids` it scored
     for method, table in scores.items():
-        lowest = table.loc[table.groupby("trace_id").score.idxmin()].set_index("trace_id").segment
-        hits[method] = np.array([float(lowest.get(t, -1) == hit_segment[t]) for t in ids])
+        table = table[np.isfinite(table.score)]
+        low = table.score == table.groupby("trace_id").score.transform("min")
+        # A tied minimum counts 1/m when the erroneous segment is among the m tied segments
+        # (a random tie-break), as in `cotcredit compare`'s localization.
+        lowest = table[low].groupby("trace_id").segment.agg(list)
+        hits[method] = np.array([
+            (hit_segment[t] in lowest[t]) / len(lowest[t]) if t in lowest.index else 0.0
+            for t in ids])
         scored[method] = np.array([t in lowest.index for t in ids])
     hits["baseline: random segment"] = np.array([1.0 / n_segments[t] for t in ids])
     counts = Counter(hit_segment[t] for t in ids)
@@ -147,6 +158,13 @@ def localization(out: Path, labels: pd.DataFrame, seed: int = 0, boot: int = 200
         c[hit_segment[t]] -= 1
         mode_hits.append(float(max(c, key=lambda s: (c[s], -s)) == hit_segment[t]))
     hits["baseline: most frequent position"] = np.array(mode_hits)
+    return ids, hits, scored
+
+
+def localization(out: Path, labels: pd.DataFrame, seed: int = 0, boot: int = 2000) -> pd.DataFrame:
+    """Top-1 localization of the first wrong step per method and text-free baseline, with
+    bootstrap CIs and each method's paired difference from the best baseline."""
+    ids, hits, scored = localization_hits(out, labels)
     rng = np.random.default_rng(seed)
     best = max((k for k in hits if k.startswith("baseline")), key=lambda k: hits[k].mean())
     rows = []
@@ -221,18 +239,20 @@ def study(out: Path, model: str, args) -> None:
     run(out, "RREDCoT, R̂ alone", ["redistribute", "traces.jsonl", "-o", "rredcot_rhat.parquet",
                                   "--value", "rhat", "--label", "rredcot-rhat", *common,
                                   *forcing], log)
-    run(out, "RREDCoT", ["redistribute", "traces.jsonl", "-o", "rredcot.parquet", *common,
+    vhat = ["--value", "both", "--solution-part", "remaining"]
+    run(out, "RREDCoT", ["redistribute", "traces.jsonl", "-o", "rredcot.parquet", *vhat, *common,
                          *forcing], log)
     run(out, "RREDCoT, normalised v̂", ["redistribute", "traces.jsonl", "-o",
-                                        "rredcot_norm.parquet", "--length-norm", "--label",
-                                        "rredcot-norm", *common, *forcing], log)
+                                        "rredcot_norm.parquet", *vhat, "--length-norm",
+                                        "--label", "rredcot-norm", *common, *forcing], log)
     run(out, "LOO, Shapley, IG", ["attribute", "traces.jsonl", "-o", "attr.parquet", "--method",
                                   "loo,shapley,gradient", "--gradient", "ig", "--steps",
                                   str(args.ig_steps), "--exact-max", "6", *common, *forcing], log)
     mc_subset = ["--max-traces", str(args.mc_traces)] if args.mc_traces else []
     run(out, "Monte Carlo", ["mc-baseline", "traces.jsonl", "-o", "mc.parquet", "--rollouts",
                              str(args.rollouts), "--temperature", "1", "--max-new-tokens", "48",
-                             "--save-rollouts", "rollouts.parquet", *mc_subset, *common], log)
+                             "--save-rollouts", "rollouts.parquet", "--batch-size", "128",
+                             *mc_subset, *common], log)
     report(out, labels, args, log)
 
 
