@@ -73,6 +73,13 @@ organism-study: install
 organism-segmentation: install
 	HF_HUB_OFFLINE=1 $(PY) examples/organism_segmentation/run_study.py
 
+# Localization and MC tracking in realistic language: the embedded SmolLM2 on a 2-4-hop lookup
+# task with a checker (240 traces, every forward method; MC with 24 rollouts on 60; resumable).
+# Results land in examples/lookup_study/.
+.PHONY: lookup-study
+lookup-study: install
+	HF_HUB_OFFLINE=1 $(PY) examples/lookup_study/run_study.py
+
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks examples
 

@@ -7,6 +7,10 @@ Two tasks, one JSONL line per problem (id, prompt, answer, solution):
             (restate who, read the fruit, read its price, restate) and ends "The answer is 61.".
   train     two reads and a sum: 3 fruits with one-digit prices; "How much do one kiwi and one
             plum cost together?" Three lines (read, read, add), then "The answer is 9.".
+  hops      2-4 friend hops, then a fruit and its price: tables of friends, fruits and prices
+            (4 rows each); "Start at Jack and go to their friend 3 times. How much does ...?"
+            6-8 reasoning lines, one table read each (`hops_checker.py` finds the first wrong
+            one), then "The answer is 31.".
 
 Why this shape (measured in examples/lookup/README.md): the 135M model cannot follow a format it
 is only told about, but it copies the format of earlier assistant turns. So the prompt is a
@@ -97,9 +101,46 @@ def sum_problem(rng: random.Random, names: list[str], fruits: list[str], rows: i
     return question, str(answer), solution
 
 
-TASKS = {"mc-study": chain_problem, "train": sum_problem}
-# Rows per table, chosen so that the model's sampled accuracy lands near the middle (README).
-DEFAULT_ROWS = {"mc-study": 2, "train": 3}
+HOPS = (2, 3, 4)  # friend-hops of the hops task: 6 to 8 reasoning lines
+
+
+def hops_problem(rng: random.Random, names: list[str], fruits: list[str], rows: int):
+    """Who is whose friend, who likes which fruit, what each fruit costs; the question follows
+    the friends 2-4 times from a start person, then reads that person's fruit and its price.
+    Every line of the reference reads one table row, so a misread shows at its line
+    (`hops_checker.check`)."""
+    people = rng.sample(names, rows)
+    # Each person's friend is someone else; the chain may revisit people, as a table allows.
+    friend = {p: rng.choice([q for q in people if q != p]) for p in people}
+    likes = dict(zip(people, rng.sample(fruits, rows)))
+    price = dict(zip(likes.values(), rng.sample(range(10, 100), rows)))
+    start, hops = rng.choice(people), rng.choice(HOPS)
+    chain = [start]
+    for _ in range(hops):
+        chain.append(friend[chain[-1]])
+    end = chain[-1]
+    fruit, answer = likes[end], price[likes[end]]
+    question = (
+        "Friends:\n"
+        + "\n".join(f"{p}'s friend is {friend[p]}." for p in people)
+        + "\n\nFavourite fruits:\n"
+        + "\n".join(f"{p}'s favourite fruit is the {likes[p]}." for p in rng.sample(people, rows))
+        + "\n\nPrices:\n"
+        + "\n".join(f"The {f} costs {price[f]} coins." for f in rng.sample(list(price), rows))
+        + f"\n\nQuestion: Start at {start} and go to their friend {hops} times. How much does "
+        "the favourite fruit of the person you reach cost?"
+    )
+    lines = [f"We start at {start}."]
+    lines += [f"{a}'s friend is {b}." for a, b in zip(chain, chain[1:])]
+    lines += [f"{end}'s favourite fruit is the {fruit}.", f"The {fruit} costs {answer} coins.",
+              f"So {end}'s favourite fruit costs {answer} coins.", f"The answer is {answer}."]
+    return question, str(answer), "\n".join(lines)
+
+
+TASKS = {"mc-study": chain_problem, "train": sum_problem, "hops": hops_problem}
+# Rows per table, chosen so that the model's sampled accuracy lands near the middle (README);
+# hops: 4 people, so a 2-4-hop chain needs more than one pass over the table.
+DEFAULT_ROWS = {"mc-study": 2, "train": 3, "hops": 4}
 
 
 def make_problems(

@@ -74,16 +74,22 @@ def run(out: Path, name: str, argv: list[str], log: dict) -> None:
     (out / "steps.json").write_text(json.dumps(log, indent=1) + "\n")
 
 
-def label_traces(raw: Path, dest: Path) -> pd.DataFrame:
-    """Add the checker's first-error fields to every trace; returns them as a frame."""
+def organism_check(trace: dict):
+    """The organism checker's verdict on one trace."""
     from cotcredit.organism.checker import check_response
     from cotcredit.organism.task import parse_prompt
 
+    return check_response(parse_prompt(trace["prompt"]), trace["response"])
+
+
+def label_traces(raw: Path, dest: Path, check=organism_check) -> pd.DataFrame:
+    """Add a checker's first-error fields (`check(trace)`: error_char, first_error_step,
+    error_kind, correct) to every trace; returns them as a frame."""
     rows = []
     with open(raw) as f, open(dest.with_suffix(".tmp"), "w") as g:
         for line in f:
             t = json.loads(line)
-            c = check_response(parse_prompt(t["prompt"]), t["response"])
+            c = check(t)
             t.update(error_char=c.error_char, first_error_step=c.first_error_step,
                      error_kind=c.error_kind, checker_correct=c.correct)
             g.write(json.dumps(t) + "\n")
@@ -100,8 +106,9 @@ def reasoning_lines(response: str) -> int:
     return 1 + sum(m.end() < len(reasoning) for m in re.finditer(r"\n+", reasoning))
 
 
-def segment_by_lines(out: Path, labels: pd.DataFrame, model: str, log: dict) -> None:
-    """segments.parquet: one segment per reasoning line, via `segment -k L` per group of L."""
+def segment_by_lines(out: Path, labels: pd.DataFrame, model: str | None, log: dict) -> None:
+    """segments.parquet: one segment per reasoning line, via `segment -k L` per group of L
+    (`model` None: the embedded default)."""
     if (out / "segments.parquet").exists():
         return
     traces = {json.loads(x)["id"]: x for x in (out / "traces.jsonl").read_text().splitlines()}
@@ -111,7 +118,7 @@ def segment_by_lines(out: Path, labels: pd.DataFrame, model: str, log: dict) -> 
         (out / f"{name}.jsonl").write_text("".join(traces[i] + "\n" for i in group.trace_id))
         run(out, f"segmentation, {n_lines} lines",
             ["segment", f"{name}.jsonl", "-o", f"{name}-segments", "-k", str(n_lines),
-             "--model", model, "--on-error", "skip", "-q"], log)
+             *(["--model", model] if model else []), "--on-error", "skip", "-q"], log)
         parts.append(pd.read_parquet(out / f"{name}-segments"))
     pd.concat(parts, ignore_index=True).to_parquet(out / "segments.parquet")
 

@@ -1,0 +1,118 @@
+"""Which methods find the first wrong step in realistic language? The embedded SmolLM2 on a
+multi-hop lookup task with a checker.
+
+    python examples/lookup_study/run_study.py              # or: make lookup-study
+    python examples/lookup_study/run_study.py --out DIR --problems 4 --mc-traces 2 --rollouts 2
+
+Every model step is a `cotcredit` command run in the study folder; each resumes what it
+finished, so rerunning the script continues an interrupted study. The protocol is fixed here,
+before any result was seen:
+
+- Problems: `--problems` (240) problems of the `hops` task of examples/lookup/make_problems.py
+  (seed 21, 4 people per table, 2 few-shot examples): follow a friend table 2, 3 or 4 times
+  from a start person, read the reached person's fruit and its price; 6 to 8 reasoning lines,
+  each one table read, so a misread can fall on any of them.
+- Model: the embedded SmolLM2-135M-Instruct (float32 on CPU). Traces: one per problem at
+  temperature 0.7, at most 160 new tokens, seed 0 (`cotcredit generate`). The task's checker
+  (examples/lookup/hops_checker.py) adds `error_char` (offset of the first wrong line, -1 when
+  every line is right), `first_error_step` and `error_kind`.
+- Segmentation: one segment per reasoning line, as in the organism study (`segment -k L` with
+  line-break candidates for a trace of L lines).
+- Methods: rredcot-rhat (R̂ alone, the default), rredcot (R̂ + v̂ over the remaining reference
+  steps), leave-one-out, Shapley (exact up to 6 segments, sampled beyond), integrated
+  gradients (16 steps), all on every trace; exit string "The answer is ". Monte Carlo: 24
+  rollouts per boundary at temperature 0.7, at most 96 new tokens (cut-off rollouts wrong),
+  rollouts saved, on the first `--mc-traces` (60) traces.
+- Primary comparisons: (1) localization: on traces with a wrong line and a wrong answer, how
+  often a method's lowest-credit segment holds `error_char` (a tied minimum counts 1/m),
+  against the text-free baselines (a random segment; the most frequent first-error segment of
+  the other traces), paired per trace with bootstrap CIs; (2) MC tracking on the MC traces:
+  `cotcredit compare` with MC as the reference (baselines, paired differences, rollout
+  equivalence, ceiling).
+- Costs: wall seconds of every step (steps.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+EXIT = "The answer is "
+
+
+def _module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+org = _module(ROOT / "examples" / "organism_study" / "run_study.py", "organism_study")
+make = _module(ROOT / "examples" / "lookup" / "make_problems.py", "make_problems")
+hops = _module(ROOT / "examples" / "lookup" / "hops_checker.py", "hops_checker")
+
+
+def hops_check(trace: dict):
+    """The hops checker's verdict on a trace (its problem is the prompt's last user turn)."""
+    return hops.check(hops.question_of(trace["prompt"]), trace["response"])
+
+
+def study(out: Path, args) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    log: dict = json.loads((out / "steps.json").read_text()) if (out / "steps.json").exists() else {}
+    problems = make.make_problems("hops", args.problems, seed=21)
+    (out / "problems.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
+    model = ["--model", args.model] if args.model else []
+    org.run(out, "traces", ["generate", "problems.jsonl", "-o", "raw_traces.jsonl", "--samples",
+                            "1", "--temperature", "0.7", "--max-new-tokens", "160", "--seed",
+                            "0", *model, "-q"], log)
+    labels = org.label_traces(out / "raw_traces.jsonl", out / "traces.jsonl", check=hops_check)
+    hist = labels[labels.first_error_step > 0].first_error_step.value_counts().sort_index()
+    (out / "traces_summary.json").write_text(json.dumps({
+        "traces": len(labels), "correct": int(labels.correct.sum()),
+        "steps_right": int((labels.error_char < 0).sum()),
+        "first_error_step_histogram": {int(k): int(v) for k, v in hist.items()},
+        "error_kinds": labels[labels.error_kind != ""].error_kind.value_counts().to_dict(),
+    }, indent=1) + "\n")
+    org.segment_by_lines(out, labels, args.model, log)
+    common = [*model, "--segments-file", "segments.parquet", "--on-error", "skip", "--timings",
+              "-q"]
+    forcing = ["--exit-string", EXIT]
+    org.run(out, "RREDCoT, R̂ alone", ["redistribute", "traces.jsonl", "-o",
+                                      "rredcot_rhat.parquet", "--value", "rhat", "--label",
+                                      "rredcot-rhat", *common, *forcing], log)
+    org.run(out, "RREDCoT", ["redistribute", "traces.jsonl", "-o", "rredcot.parquet", "--value",
+                             "both", "--solution-part", "remaining", *common, *forcing],
+            log)
+    org.run(out, "LOO, Shapley, IG", ["attribute", "traces.jsonl", "-o", "attr.parquet",
+                                      "--method", "loo,shapley,gradient", "--gradient", "ig",
+                                      "--steps", "16", "--exact-max", "6", *common, *forcing],
+            log)
+    org.run(out, "Monte Carlo", ["mc-baseline", "traces.jsonl", "-o", "mc.parquet",
+                                 "--rollouts", str(args.rollouts), "--temperature", "0.7",
+                                 "--max-new-tokens", "96", "--save-rollouts",
+                                 "rollouts.parquet", "--max-traces", str(args.mc_traces),
+                                 *common], log)
+    org.report(out, labels, args, log)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=HERE, help="study folder (default: this one)")
+    ap.add_argument("--problems", type=int, default=240, help="hops problems, one trace each")
+    ap.add_argument("--rollouts", type=int, default=24, help="Monte Carlo rollouts per boundary")
+    ap.add_argument("--mc-traces", type=int, default=60, help="Monte Carlo on the first N traces")
+    ap.add_argument("--model", default=None, help="model (default: the embedded SmolLM2)")
+    ap.add_argument("--bootstrap", type=int, default=2000)
+    args = ap.parse_args(argv)
+    study(args.out.resolve(), args)
+
+
+if __name__ == "__main__":
+    main()
