@@ -91,6 +91,10 @@ def test_tiny_study_writes_outputs_and_resumes(tmp_path, tiny_model_dir, capsys)
         curve = [json.loads(line) for line in (run / "eval_curve.jsonl").read_text().splitlines()]
         assert [r["step"] for r in curve] == [0, 1, 2]
         assert json.loads((run / "greedy.json").read_text())["after"]["problems"] == 2
+        # The run folder names its held-out file relative to the study folder, not by a
+        # machine path.
+        assert json.loads((run / "eval.json").read_text())["settings"]["file"] == (
+            "eval_problems.jsonl")
     table = pd.read_csv(out / "summary.csv")
     assert list(table.arm) == ["grpo", "shuffled"]
     runs = pd.read_csv(out / "runs.csv")

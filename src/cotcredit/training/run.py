@@ -433,7 +433,8 @@ def train(
             for p in eval_problems
         ]
         settings = {
-            "file": str(cfg.eval_file),
+            # Relative to the working folder when inside it: run folders carry no machine path.
+            "file": _shown_path(cfg.eval_file),
             "temperature": options.temperature,
             "top_p": options.top_p,
             "max_new_tokens": options.max_new_tokens,
@@ -496,6 +497,14 @@ def train(
         config=out / CONFIG_FILE,
         seconds=time.perf_counter() - start,
     )
+
+
+def _shown_path(path: Path) -> str:
+    """`path` relative to the working folder when it lies inside it, else as it is."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _read_json(path: Path) -> dict | None:
