@@ -73,13 +73,7 @@ def study(out: Path, args) -> None:
                             "1", "--temperature", "0.7", "--max-new-tokens", "160", "--seed",
                             "0", *model, "-q"], log)
     labels = org.label_traces(out / "raw_traces.jsonl", out / "traces.jsonl", check=hops_check)
-    hist = labels[labels.first_error_step > 0].first_error_step.value_counts().sort_index()
-    (out / "traces_summary.json").write_text(json.dumps({
-        "traces": len(labels), "correct": int(labels.correct.sum()),
-        "steps_right": int((labels.error_char < 0).sum()),
-        "first_error_step_histogram": {int(k): int(v) for k, v in hist.items()},
-        "error_kinds": labels[labels.error_kind != ""].error_kind.value_counts().to_dict(),
-    }, indent=1) + "\n")
+    org.write_traces_summary(out, labels)
     org.segment_by_lines(out, labels, args.model, log)
     common = [*model, "--segments-file", "segments.parquet", "--on-error", "skip", "--timings",
               "-q"]

@@ -99,6 +99,17 @@ def label_traces(raw: Path, dest: Path, check=organism_check) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def write_traces_summary(out: Path, labels: pd.DataFrame) -> None:
+    """traces_summary.json: how many traces are right, and where their first errors fall."""
+    hist = labels[labels.first_error_step > 0].first_error_step.value_counts().sort_index()
+    (out / "traces_summary.json").write_text(json.dumps({
+        "traces": len(labels), "correct": int(labels.correct.sum()),
+        "steps_right": int((labels.error_char < 0).sum()),
+        "first_error_step_histogram": {int(k): int(v) for k, v in hist.items()},
+        "error_kinds": labels[labels.error_kind != ""].error_kind.value_counts().to_dict(),
+    }, indent=1) + "\n")
+
+
 def reasoning_lines(response: str) -> int:
     """How many pieces `cotcredit segment` may cut the reasoning into: its line breaks (runs of
     them) that are followed by more reasoning, plus one."""
@@ -232,13 +243,7 @@ def study(out: Path, model: str, args) -> None:
                         "--temperature", "1", "--max-new-tokens", "64", "--seed", "0",
                         "--model", model, "-q"], log)
     labels = label_traces(out / "raw_traces.jsonl", out / "traces.jsonl")
-    hist = labels[labels.first_error_step > 0].first_error_step.value_counts().sort_index()
-    (out / "traces_summary.json").write_text(json.dumps({
-        "traces": len(labels), "correct": int(labels.correct.sum()),
-        "steps_right": int((labels.error_char < 0).sum()),
-        "first_error_step_histogram": {int(k): int(v) for k, v in hist.items()},
-        "error_kinds": labels[labels.error_kind != ""].error_kind.value_counts().to_dict(),
-    }, indent=1) + "\n")
+    write_traces_summary(out, labels)
     segment_by_lines(out, labels, model, log)
     common = ["--model", model, "--segments-file", "segments.parquet", "--on-error", "skip",
               "--timings", "-q"]
