@@ -17,6 +17,9 @@ changed. The protocol is fixed here, before any result was seen:
   half the plain advantage); ``shuffled`` (the control: rredcot's rewards permuted within each
   completion before weighting, seeded: the weights' spread without their placement). If rredcot
   beats grpo but not shuffled, the credit is not what helps.
+  A sixth arm, ``rredcot-vhat`` (g from R̂ + v̂ over the remaining reference steps), was added
+  after the five had run and after the organism localization study showed R̂ carrying no
+  signal on this organism and v̂ carrying it; it is exploratory, reported apart.
 - Size: seeds 0–4 per arm, 300 steps of 2 prompts × 8 completions (temperature 1), learning rate
   1e-4 (fixed before any run). Checked on development data before the study ran (grpo,
   seed 0, 300-step runs evaluated on 100 dev problems every 100 steps, stopped once clear):
@@ -72,6 +75,10 @@ ARMS: dict[str, tuple[str, dict]] = {
     "rredcot-nocorr": ("rredcot", {"terminal_in_weights": False}),
     "rredcot-floor0.5": ("rredcot", {"floor": 0.5}),
     "shuffled": ("rredcot", {"shuffle": True}),
+    # Added after the organism localization study (not after any training result): there R̂
+    # carried no signal and R̂ + v̂ (remaining steps) localized as well as Monte Carlo. The
+    # same config with g from R̂ + v̂; exploratory, not one of the five fixed in advance.
+    "rredcot-vhat": ("rredcot", {"value": "both"}),
 }
 
 
