@@ -134,16 +134,22 @@ def segment_by_lines(out: Path, labels: pd.DataFrame, model: str | None, log: di
     pd.concat(parts, ignore_index=True).to_parquet(out / "segments.parquet")
 
 
-def localization_hits(out: Path, labels: pd.DataFrame,
-                      segments: Path | None = None) -> tuple[list[str], dict[str, np.ndarray],
-                                                          dict[str, np.ndarray]]:
+def localization_hits(out: Path, labels: pd.DataFrame, segments: Path | None = None,
+                      wrong_line_of: dict[str, str] | None = None,
+                      ) -> tuple[list[str], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Per trace with a wrong step and a wrong answer (sorted ids): for every method and
     text-free baseline, 1 if its lowest-scored segment holds `error_char` (the random-segment
-    baseline: 1/K), and which of those traces each method scored."""
+    baseline: 1/K), and which of those traces each method scored.
+
+    `wrong_line_of` (trace id -> response) counts a hit for any segment that overlaps the
+    first wrong *line* (`error_char` to its line break), for segmentations that cut inside
+    lines: the wrong token (a misread operand, a wrong result) sits inside the line, not at its
+    first character. With one segment per line both rules are the same."""
     seg = pd.read_parquet(segments or out / "segments.parquet")
     lab = labels.set_index("trace_id")
     wrong = [t for t in lab.index if lab.loc[t, "error_char"] >= 0 and not lab.loc[t, "correct"]]
     hit_segment: dict[str, int] = {}
+    targets: dict[str, set[int]] = {}  # the segments that count as a hit
     n_segments: dict[str, int] = {}
     for tid, g in seg.groupby("trace_id"):
         if tid not in wrong:
@@ -153,6 +159,12 @@ def localization_hits(out: Path, labels: pd.DataFrame,
         inside = g[(g.char_start <= e) & (e < g.char_end)]
         # An error at the end of the reasoning (a missing step) belongs to the last segment.
         hit_segment[tid] = int(inside.segment.iloc[0]) if len(inside) else int(g.segment.max())
+        targets[tid] = {hit_segment[tid]}
+        if wrong_line_of is not None and len(inside):
+            text = wrong_line_of[tid]
+            end = text.find("\n", e)
+            end = len(text) if end < 0 else end
+            targets[tid] |= set(g[(g.char_start < end) & (g.char_end > e)].segment.astype(int))
         n_segments[tid] = len(g)
     ids = sorted(hit_segment)
     hits: dict[str, np.ndarray] = {}
@@ -165,16 +177,16 @@ def localization_hits(out: Path, labels: pd.DataFrame,
         # (a random tie-break), as in `cotcredit compare`'s localization.
         lowest = table[low].groupby("trace_id").segment.agg(list)
         hits[method] = np.array([
-            (hit_segment[t] in lowest[t]) / len(lowest[t]) if t in lowest.index else 0.0
+            len(targets[t] & set(lowest[t])) / len(lowest[t]) if t in lowest.index else 0.0
             for t in ids])
         scored[method] = np.array([t in lowest.index for t in ids])
-    hits["baseline: random segment"] = np.array([1.0 / n_segments[t] for t in ids])
+    hits["baseline: random segment"] = np.array([len(targets[t]) / n_segments[t] for t in ids])
     counts = Counter(hit_segment[t] for t in ids)
     mode_hits = []
     for t in ids:  # the most frequent first-error segment among the *other* traces
         c = counts.copy()
         c[hit_segment[t]] -= 1
-        mode_hits.append(float(max(c, key=lambda s: (c[s], -s)) == hit_segment[t]))
+        mode_hits.append(float(max(c, key=lambda s: (c[s], -s)) in targets[t]))
     hits["baseline: most frequent position"] = np.array(mode_hits)
     return ids, hits, scored
 
