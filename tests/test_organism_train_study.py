@@ -46,7 +46,8 @@ def _study():
 
 def test_arms_differ_only_in_the_advantage(tmp_path):
     study = _study()
-    assert set(study.ARMS) == {"grpo", "rredcot", "rredcot-nocorr", "rredcot-floor0.5", "shuffled"}
+    assert set(study.ARMS) == {"grpo", "rredcot", "rredcot-nocorr", "rredcot-floor0.5", "shuffled",
+                               "rredcot-vhat"}
     config = ROOT / "examples" / "organism_train" / "config.yaml"
     args = type("A", (), {"model": str(tmp_path), "eval_every": 50, "steps": 300, "samples": 4,
                           "prompts_per_step": 2})()
@@ -64,6 +65,7 @@ def test_arms_differ_only_in_the_advantage(tmp_path):
     assert made["rredcot-nocorr"]["rredcot"]["terminal_in_weights"] is False
     assert made["rredcot-floor0.5"]["rredcot"]["floor"] == 0.5
     assert made["shuffled"]["rredcot"]["shuffle"] is True
+    assert made["rredcot-vhat"]["rredcot"]["value"] == "both"
     base = {k: v for k, v in made["rredcot"]["rredcot"].items()}
     assert {k: v for k, v in made["shuffled"]["rredcot"].items() if k != "shuffle"} == base
 
