@@ -30,6 +30,13 @@ before any result was seen:
   `cotcredit compare` with MC as the reference (baselines, paired differences, rollout
   equivalence, ceiling).
 - Costs: wall seconds of every step (steps.json).
+
+Calibration (before any method ran; `calibration/traces-rows4.jsonl`): the first 64 traces of
+this protocol, 4 people per table: 6 of 64 right, no trace with every line right, first wrong
+line at 1/2/3/4/5 in 6/37/11/8/2 traces (58% at the first friend read; kinds: friend 38, chain
+12, garbled 9, missing or extra hop 4, start 1). Too hard for the embedded model, and the
+errors fall mostly on one line, so the study was stopped there; the task must be made easier
+(fewer people, the friend rows in chain order, or more shots) and re-calibrated before it runs.
 """
 
 from __future__ import annotations
