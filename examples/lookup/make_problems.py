@@ -8,7 +8,7 @@ Two tasks, one JSONL line per problem (id, prompt, answer, solution):
   train     two reads and a sum: 3 fruits with one-digit prices; "How much do one kiwi and one
             plum cost together?" Three lines (read, read, add), then "The answer is 9.".
   hops      2-4 friend hops, then a fruit and its price: tables of friends, fruits and prices
-            (4 rows each); "Start at Jack and go to their friend 3 times. How much does ...?"
+            (3 rows each); "Start at Jack and go to their friend 3 times. How much does ...?"
             6-8 reasoning lines, one table read each (`hops_checker.py` finds the first wrong
             one), then "The answer is 31.".
 
@@ -139,8 +139,9 @@ def hops_problem(rng: random.Random, names: list[str], fruits: list[str], rows: 
 
 TASKS = {"mc-study": chain_problem, "train": sum_problem, "hops": hops_problem}
 # Rows per table, chosen so that the model's sampled accuracy lands near the middle (README);
-# hops: 4 people, so a 2-4-hop chain needs more than one pass over the table.
-DEFAULT_ROWS = {"mc-study": 2, "train": 3, "hops": 4}
+# hops: 3 people (with 4 the embedded model solved 6 of 64 and erred mostly on the first hop;
+# examples/lookup_study/calibration/).
+DEFAULT_ROWS = {"mc-study": 2, "train": 3, "hops": 3}
 
 
 def make_problems(

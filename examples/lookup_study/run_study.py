@@ -9,7 +9,7 @@ finished, so rerunning the script continues an interrupted study. The protocol i
 before any result was seen:
 
 - Problems: `--problems` (240) problems of the `hops` task of examples/lookup/make_problems.py
-  (seed 21, 4 people per table, 2 few-shot examples): follow a friend table 2, 3 or 4 times
+  (seed 21, 3 people per table (see Calibration), 2 few-shot examples): follow a friend table 2, 3 or 4 times
   from a start person, read the reached person's fruit and its price; 6 to 8 reasoning lines,
   each one table read, so a misread can fall on any of them.
 - Model: the embedded SmolLM2-135M-Instruct (float32 on CPU). Traces: one per problem at
@@ -35,8 +35,10 @@ Calibration (before any method ran; `calibration/traces-rows4.jsonl`): the first
 this protocol, 4 people per table: 6 of 64 right, no trace with every line right, first wrong
 line at 1/2/3/4/5 in 6/37/11/8/2 traces (58% at the first friend read; kinds: friend 38, chain
 12, garbled 9, missing or extra hop 4, start 1). Too hard for the embedded model, and the
-errors fall mostly on one line, so the study was stopped there; the task must be made easier
-(fewer people, the friend rows in chain order, or more shots) and re-calibrated before it runs.
+errors fall mostly on one line, so the study was stopped there. With 3 people per table
+(`calibration/traces-rows3.jsonl`, 64 traces, the default since): 17 of 64 right, still no trace
+with every line right, first wrong line at 1/2/3/4/5 in 11/16/18/16/3 traces (kinds: friend
+22, garbled 21, chain 14, extra hop 3, start 2, fruit 2). The study runs with 3 people.
 """
 
 from __future__ import annotations
