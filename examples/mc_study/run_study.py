@@ -42,11 +42,7 @@ re-run with it; rredcot-rhat (R̂ alone) is the default. The other tables are th
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
-import subprocess
-import sys
-import time
+import runpy
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -54,6 +50,12 @@ ROOT = HERE.parents[1]
 PROBLEMS = ROOT / "examples" / "lookup" / "study_problems.jsonl"
 EXIT = "The answer is "
 METHODS = "rredcot,rredcot-rhat,mc,loo,shapley,gradient-ig"
+
+
+def run_step(out: Path, name: str, argv: list[str], log: dict) -> None:
+    """One logged, resumable `cotcredit` step: the organism study's `run`, shared by the studies."""
+    runpy.run_path(str(ROOT / "examples" / "organism_study" / "run_study.py"))["run"](
+        out, name, argv, log)
 
 
 def main() -> None:
@@ -93,16 +95,9 @@ def main() -> None:
         ("report", ["compare", "--methods", METHODS, "-o", "report", "--bootstrap",
                     str(args.bootstrap), "--baselines", "position,uniform"]),
     ]
-    log = {}
-    for name, argv in steps:
-        print(f"== {name}: cotcredit {shlex.join(argv)}", flush=True)
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "cotcredit", *argv], cwd=out)
-        if proc.returncode != 0:
-            sys.exit(f"study stopped at step '{name}' (exit {proc.returncode}); rerun to resume")
-        log[name] = {"command": "cotcredit " + shlex.join(argv),
-                     "seconds": round(time.perf_counter() - t0, 1)}
-    (out / "steps.json").write_text(json.dumps(log, indent=1) + "\n")
+    log: dict = {}
+    for name, argv in steps:  # each step's wall time lands in steps.json as it finishes
+        run_step(out, name, argv, log)
     print(f"report: {out / 'report' / 'report.html'}")
 
 
