@@ -122,3 +122,23 @@ def test_forecast_logprob_equals_one_probe_at_a_time(tmp_path):
     assert sorted(got) == sorted(want)
     for togo, values in want.items():
         assert got[togo] == pytest.approx(sum(values) / len(values), abs=2e-3)
+
+
+def test_calibration_verdict_of_a_retrain():
+    """build.py --check's calibration rule: accuracy 0.3-0.7, first errors on at least four
+    positions, none holding more than 40% of them."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "organism_build", Path(__file__).resolve().parents[1] / "examples" / "organism" / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    spread = {"1": 21, "2": 67, "3": 60, "4": 25, "5": 8}  # the checked-in model-full
+    assert build.meets_calibration({"accuracy": 0.48, "first_error_hist": spread})[0]
+    assert not build.meets_calibration({"accuracy": 0.92, "first_error_hist": spread})[0]
+    assert not build.meets_calibration({"accuracy": 0.29, "first_error_hist": spread})[0]
+    few = {"1": 30, "2": 30, "3": 30, "4": 0}  # three positions
+    assert not build.meets_calibration({"accuracy": 0.5, "first_error_hist": few})[0]
+    piled = {"1": 41, "2": 20, "3": 20, "4": 19}  # 41% on one position
+    ok, why = build.meets_calibration({"accuracy": 0.5, "first_error_hist": piled})
+    assert not ok and "41%" in why

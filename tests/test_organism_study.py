@@ -74,3 +74,80 @@ def test_segmentation_study_at_tiny_size(tmp_path):
     steps = table[table.segmentation == "steps"].set_index("method")
     for method in steps.index:  # the steps rows are the organism study's own hits
         assert steps.loc[method, "top1"] == pytest.approx(hits[method].mean(), abs=1e-3)
+
+
+def test_run_skips_a_finished_step_and_marks_a_resumed_one(tmp_path, monkeypatch):
+    """A rerun keeps the recorded cost of finished steps (no relaunch), relaunches a step that
+    never finished and marks it resumed, and always reruns a step asked to."""
+    study = _study()
+    calls = []
+
+    class Done:
+        returncode = 0
+
+    monkeypatch.setattr(study.subprocess, "run", lambda argv, cwd: calls.append(argv) or Done())
+    argv = ["segment", "traces.jsonl"]
+    log = {"seg": {"command": "cotcredit segment traces.jsonl", "seconds": 123.4}}
+    study.run(tmp_path, "seg", argv, log)
+    assert calls == [] and log["seg"]["seconds"] == 123.4
+    study.run(tmp_path, "seg", argv, log, always=True)
+    assert len(calls) == 1 and log["seg"]["seconds"] < 123.4 and "resumed" not in log["seg"]
+    log["mc"] = {"command": "cotcredit mc-baseline traces.jsonl", "started": True}
+    study.run(tmp_path, "mc", ["mc-baseline", "traces.jsonl"], log)
+    assert len(calls) == 2 and log["mc"]["resumed"] is True and "seconds" in log["mc"]
+    study.run(tmp_path, "seg", ["segment", "traces.jsonl", "-k", "4"], log)  # a new command
+    assert len(calls) == 3 and log["seg"]["command"].endswith("-k 4")
+    assert json.loads((tmp_path / "steps.json").read_text()) == log
+
+
+def _write_run(folder: Path, responses: dict[str, str], scores: dict[str, list[float]],
+               correct: dict[str, list[int]]) -> None:
+    folder.mkdir(parents=True)
+    (folder / "raw_traces.jsonl").write_text(
+        "".join(json.dumps({"id": t, "response": r}) + "\n" for t, r in responses.items()))
+    seg, attr, mc = [], [], []
+    for t, s in scores.items():
+        for i, v in enumerate(s):
+            seg.append({"trace_id": t, "segment": i, "char_start": 10 * i, "char_end": 10 * i + 10})
+            attr.append({"trace_id": t, "segment": i, "method": "loo", "score": v})
+            mc.append({"trace_id": t, "segment": i, "method": "mc", "score": 0.0,
+                       "n_rollouts": 128, "n_correct": correct[t][i]})
+    pd.DataFrame(seg).to_parquet(folder / "segments.parquet")
+    pd.DataFrame(attr).to_parquet(folder / "attr.parquet")
+    pd.DataFrame(mc).to_parquet(folder / "mc.parquet")
+
+
+def test_reproduction_check(tmp_path):
+    """compare_runs calls equal runs exact, float rounding within tolerance, a changed score or
+    a Monte Carlo value beyond sampling error different, and compares only identical traces."""
+    check = _study().load_reproduce()
+    tables = ("attr.parquet", "mc.parquet")
+    ids = [f"t{i}" for i in range(40)]
+    responses = {t: f"response {t}" for t in ids}
+    scores = {t: [0.5, -1.25, 2.0] for t in ids}
+    correct = {t: [40, 64, 100] for t in ids}
+    _write_run(tmp_path / "ref", responses, scores, correct)
+
+    def status(name, **changes):
+        r, s, c = dict(responses), dict(scores), dict(correct)
+        for key, value in changes.items():
+            {"responses": r, "scores": s, "correct": c}[key].update(value)
+        _write_run(tmp_path / name, r, s, c)
+        result = check.compare_runs(tmp_path / "ref", tmp_path / name, tables)
+        return {c.table.split()[-1]: c.status for c in result.checks}, result.ok
+
+    assert status("same") == ({"traces": "exact", "segments": "exact", "loo": "exact",
+                               "mc": "exact"}, True)
+    got, ok = status("rounding", scores={"t3": [0.5, -1.25 * (1 + 2e-7), 2.0]})
+    assert got["loo"] == "within tolerance" and ok
+    got, ok = status("changed", scores={"t3": [0.5, -1.2, 2.0]})
+    assert got["loo"] == "different" and not ok
+    # Another machine's rollouts: every count moved by a little (well inside 3 SE).
+    got, ok = status("resampled", correct={t: [42, 61, 103] for t in ids})
+    assert got["mc"] == "within sampling error" and ok
+    got, ok = status("biased", correct={t: [40, 64, 60] for t in ids})
+    assert got["mc"] == "different" and not ok
+    # A trace sampled differently is another trace: reported, and left out downstream.
+    got, ok = status("resampled-trace", responses={"t5": "another"},
+                     scores={"t5": [9.0, 9.0, 9.0]})
+    assert got["traces"] == "different" and got["loo"] == "exact" and not ok

@@ -6,9 +6,19 @@
 
 The problem files are always regenerated (seeded; a changed file shows in `git diff`). With
 `--check`, each checkpoint is retrained and compared with the checked-in one: bit-identical
-weights (expected on the same torch build and thread count), or else the held-out accuracy of
-temperature-1 samples within 0.08 (about two standard errors at 300 problems) and the same
-stopping step within one evaluation.
+weights, or else the held-out accuracy of temperature-1 samples within 0.08 (about two standard
+errors at 300 problems) and the same stopping step within one evaluation. When the weights
+differ it also says where the loss curve first departs from the checked-in one and whether the
+retrain still meets the organism's calibration (held-out accuracy 0.3-0.7; first errors on at
+least four step positions, none holding more than 40% of them).
+
+Training is bit-identical run to run on one machine (one thread, seeded), not from one CPU to
+another: float32 kernels differ between CPUs, and the training run amplifies the difference.
+Measured on an AMD EPYC machine against the checked-in checkpoints (trained on another machine
+of the same kind): the loss departs at step 100 (1.1581 against 1.1458), `full` reaches the
+stopping accuracy at step 550 instead of 1,350 (held-out 0.647 against 0.480) and `early`,
+continuing from it, ends at 0.923. This is why the checkpoints are checked in: the studies use
+those weights, and inference does reproduce across machines (the studies' `--reproduce`).
 """
 
 from __future__ import annotations
@@ -70,6 +80,17 @@ def write_forecast(test) -> None:
     print(json.dumps(out))
 
 
+def meets_calibration(report: dict) -> tuple[bool, str]:
+    """Whether a held-out report fits the organism's calibration: temperature-1 accuracy in
+    0.3-0.7, first wrong steps on at least four positions, none holding more than 40%."""
+    hist = {int(k): v for k, v in report["first_error_hist"].items() if v}
+    total = sum(hist.values())
+    top = max(hist.values()) / total if total else 1.0
+    fits = 0.3 <= report["accuracy"] <= 0.7 and len(hist) >= 4 and top <= 0.4
+    return fits, (f"accuracy {report['accuracy']:.3f}, first errors on {len(hist)} positions, "
+                  f"the largest {top:.0%}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="retrain and compare with the checked-in")
@@ -107,6 +128,15 @@ def main(argv=None) -> int:
         if same:
             print(f"[{regime}] MATCH: weights bit-identical to {target.name}/")
             continue
+        departs = next((c for c, r in zip(info["curve"], ref["curve"])
+                        if c["loss"] != r["loss"]), None)
+        if departs:
+            ref_loss = {c["step"]: c["loss"] for c in ref["curve"]}[departs["step"]]
+            print(f"[{regime}] the loss curve departs from the checked-in one at step "
+                  f"{departs['step']} ({departs['loss']} vs {ref_loss})")
+        fits, why = meets_calibration(report)
+        print(f"[{regime}] the retrain {'meets' if fits else 'does not meet'} the organism's "
+              f"calibration: {why}")
         d_acc = abs(report["accuracy"] - ref["held_out"]["accuracy"])
         d_step = abs(info["steps"] - ref["steps"])
         close = d_acc <= ACCURACY_TOLERANCE and d_step <= info["options"]["eval_every"]

@@ -2,6 +2,7 @@
 
     python examples/organism_study/run_study.py              # or: make organism-study
     python examples/organism_study/run_study.py --out DIR --traces 4 --rollouts 4   # a quick look
+    python examples/organism_study/run_study.py --reproduce 40   # rerun 40 traces, compare
 
 Every model step is a `cotcredit` command as a user types it, run in the study folder; each
 resumes what it finished, so rerunning the script continues an interrupted study. The protocol
@@ -39,12 +40,15 @@ is fixed here, before any result was seen:
 from __future__ import annotations
 
 import argparse
+import copy
+import importlib.util
 import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -62,15 +66,32 @@ EXIT = "The answer is "
 METHODS = ("rredcot-rhat", "rredcot", "rredcot-norm", "loo", "shapley", "gradient-ig", "mc")
 
 
-def run(out: Path, name: str, argv: list[str], log: dict) -> None:
-    """One `cotcredit` command in the study folder (it resumes itself); its wall time logged."""
-    print(f"== {name}: cotcredit {shlex.join(argv)}", flush=True)
+def run(out: Path, name: str, argv: list[str], log: dict, always: bool = False) -> None:
+    """One `cotcredit` command in the study folder (it resumes itself); its wall time logged.
+
+    A step logged as finished with the same command is skipped, so a rerun keeps the recorded
+    cost of finished work (`always` reruns it: the report, redrawn from whatever tables
+    exist). A step interrupted earlier is marked `"resumed": true`: its seconds then count only
+    the run that finished it."""
+    command = "cotcredit " + shlex.join(argv)
+    entry = log.get(name, {})
+    if entry.get("command") == command and "seconds" in entry and not always:
+        print(f"== {name}: done ({entry['seconds']} s)", flush=True)
+        return
+    print(f"== {name}: {command}", flush=True)
+    resumed = entry.get("command") == command and "seconds" not in entry  # never finished
+    log[name] = {"command": command, "started": True}
+    _write_log(out, log)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "cotcredit", *argv], cwd=out)
     if proc.returncode != 0:
         sys.exit(f"study stopped at step '{name}' (exit {proc.returncode}); rerun to resume")
-    log[name] = {"command": "cotcredit " + shlex.join(argv),
-                 "seconds": round(time.perf_counter() - t0, 1)}
+    log[name] = {"command": command, "seconds": round(time.perf_counter() - t0, 1),
+                 **({"resumed": True} if resumed else {})}
+    _write_log(out, log)
+
+
+def _write_log(out: Path, log: dict) -> None:
     (out / "steps.json").write_text(json.dumps(log, indent=1) + "\n")
 
 
@@ -231,15 +252,21 @@ def _markdown(table: pd.DataFrame) -> str:
                           for row in table.itertuples(index=False))
 
 
+SCORE_TABLES = ("rredcot.parquet", "rredcot_rhat.parquet", "rredcot_norm.parquet",
+                "attr.parquet", "loo.parquet", "mc.parquet")
+
+
 def _scores(out: Path) -> dict[str, pd.DataFrame]:
-    tables = {}
-    for folder in ("rredcot.parquet", "rredcot_rhat.parquet", "rredcot_norm.parquet",
-                   "attr.parquet", "mc.parquet"):
+    """Every method's scores over the study's tables; a method in several tables (LOO on a
+    subset with Shapley and on every trace alone) is their union, one row per segment."""
+    parts: dict[str, list[pd.DataFrame]] = {}
+    for folder in SCORE_TABLES:
         if (out / folder).exists():
             df = pd.read_parquet(out / folder)
             for method, g in df.groupby("method"):
-                tables[str(method)] = g
-    return tables
+                parts.setdefault(str(method), []).append(g)
+    return {m: pd.concat(p, ignore_index=True).drop_duplicates(["trace_id", "segment"])
+            for m, p in parts.items()}
 
 
 def study(out: Path, model: str, args) -> None:
@@ -286,7 +313,7 @@ def report(out: Path, labels: pd.DataFrame, args, log: dict) -> None:
     tables = [t for t in ("rredcot_rhat.parquet", "rredcot.parquet", "rredcot_norm.parquet",
                           "attr.parquet", "mc.parquet") if (out / t).exists()]
     run(out, "report", ["compare", "--scores", *tables, "-o", "report", "--bootstrap",
-                        str(args.bootstrap), "--overwrite", "-q"], log)
+                        str(args.bootstrap), "--overwrite", "-q"], log, always=True)
 
 
 def main(argv=None) -> None:
@@ -303,12 +330,45 @@ def main(argv=None) -> None:
                     help="only redraw localization and the report from the tables there")
     ap.add_argument("--models", type=Path, default=ROOT / "examples" / "organism",
                     help="folder holding model-full/ and model-early/")
+    ap.add_argument("--reproduce", type=int, metavar="N",
+                    help="rerun the first N traces of each regime in a temporary folder and "
+                         "compare every table with the study's (exit 1 if one differs)")
     args = ap.parse_args(argv)
+    if args.reproduce:
+        sys.exit(0 if reproduce(args) else 1)
     for regime in args.regime or REGIMES:
         out = args.out.resolve() / regime
         # Relative to the study folder, so the tables' metadata carry no machine path.
         model = os.path.relpath((args.models / f"model-{regime}").resolve(), out)
         study(out, model, args)
+
+
+def reproduce(args) -> bool:
+    """Rerun the first `args.reproduce` traces of each regime and compare with the study's
+    tables in `args.out` (examples/reproduce.py); True when every table reproduces."""
+    check = load_reproduce()
+    small = copy.copy(args)
+    small.traces, small.mc_traces, small.bootstrap = args.reproduce, None, 200
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="organism-study-check-") as tmp:
+        for regime in args.regime or REGIMES:
+            out = Path(tmp) / regime
+            model = os.path.relpath((args.models / f"model-{regime}").resolve(), out)
+            study(out, model, small)
+            result = check.compare_runs(args.out.resolve() / regime, out, SCORE_TABLES)
+            print(f"[{regime}] " + ("REPRODUCED" if result.ok else "NOT REPRODUCED"))
+            print("\n".join("  " + line for line in result.lines()))
+            ok &= result.ok
+    return ok
+
+
+def load_reproduce():
+    """examples/reproduce.py, the run-against-run comparison every study shares."""
+    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "examples" / "reproduce.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["reproduce"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 if __name__ == "__main__":
