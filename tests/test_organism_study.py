@@ -151,3 +151,22 @@ def test_reproduction_check(tmp_path):
     got, ok = status("resampled-trace", responses={"t5": "another"},
                      scores={"t5": [9.0, 9.0, 9.0]})
     assert got["traces"] == "different" and got["loo"] == "exact" and not ok
+
+
+def test_value_default_rule_needs_every_lower_bound_above_zero():
+    """The --value re-check's rule: the candidate wins only if both paired differences exclude
+    0 from below in both regimes."""
+    spec = importlib.util.spec_from_file_location(
+        "vhat_organism", ROOT / "examples" / "vhat_selection" / "organism" / "run_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+
+    def figures(top1_lo, mc_lo):
+        return {"rredcot": {"top1_minus_rhat": [0.3, top1_lo, 0.5],
+                            "mc_spearman_minus_rhat": [0.2, mc_lo, 0.4]}}
+
+    assert check.decide({"full": figures(0.1, 0.05), "early": figures(0.2, 0.01)})[
+        "default"] == "--value both"
+    for bad in [(0.0, 0.05), (0.1, -0.01)]:
+        got = check.decide({"full": figures(0.1, 0.05), "early": figures(*bad)})
+        assert got["default"].startswith("--value rhat")
