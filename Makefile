@@ -56,7 +56,7 @@ train-study: install
 train-study-lookup: install
 	HF_HUB_OFFLINE=1 $(PY) examples/train/run_study.py
 
-# The model organism: retrain both checkpoints (41 minutes on a shared 2-core machine) and say
+# The model organism: retrain both checkpoints (6 to 12 minutes on 2 cores) and say
 # whether they match the checked-in ones in examples/organism/.
 .PHONY: organism organism-study
 organism: install
