@@ -156,7 +156,7 @@ def segment_by_lines(out: Path, labels: pd.DataFrame, model: str | None, log: di
 
 
 def localization_hits(out: Path, labels: pd.DataFrame, segments: Path | None = None,
-                      wrong_line_of: dict[str, str] | None = None,
+                      wrong_line_of: dict[str, str] | None = None, skip: tuple[str, ...] = (),
                       ) -> tuple[list[str], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Per trace with a wrong step and a wrong answer (sorted ids): for every method and
     text-free baseline, 1 if its lowest-scored segment holds `error_char` (the random-segment
@@ -165,7 +165,8 @@ def localization_hits(out: Path, labels: pd.DataFrame, segments: Path | None = N
     `wrong_line_of` (trace id -> response) counts a hit for any segment that overlaps the
     first wrong *line* (`error_char` to its line break), for segmentations that cut inside
     lines: the wrong token (a misread operand, a wrong result) sits inside the line, not at its
-    first character. With one segment per line both rules are the same."""
+    first character. With one segment per line both rules are the same. Methods in `skip`
+    are left out (a table still being filled)."""
     seg = pd.read_parquet(segments or out / "segments.parquet")
     lab = labels.set_index("trace_id")
     wrong = [t for t in lab.index if lab.loc[t, "error_char"] >= 0 and not lab.loc[t, "correct"]]
@@ -192,6 +193,8 @@ def localization_hits(out: Path, labels: pd.DataFrame, segments: Path | None = N
     scores = _scores(out)
     scored: dict[str, np.ndarray] = {}  # per method: which of `ids` it scored
     for method, table in scores.items():
+        if method in skip:
+            continue
         table = table[np.isfinite(table.score)]
         low = table.score == table.groupby("trace_id").score.transform("min")
         # A tied minimum counts 1/m when the erroneous segment is among the m tied segments
@@ -212,10 +215,11 @@ def localization_hits(out: Path, labels: pd.DataFrame, segments: Path | None = N
     return ids, hits, scored
 
 
-def localization(out: Path, labels: pd.DataFrame, seed: int = 0, boot: int = 2000) -> pd.DataFrame:
+def localization(out: Path, labels: pd.DataFrame, seed: int = 0, boot: int = 2000,
+                 skip: tuple[str, ...] = ()) -> pd.DataFrame:
     """Top-1 localization of the first wrong step per method and text-free baseline, with
     bootstrap CIs and each method's paired difference from the best baseline."""
-    ids, hits, scored = localization_hits(out, labels)
+    ids, hits, scored = localization_hits(out, labels, skip=skip)
     rng = np.random.default_rng(seed)
     best = max((k for k in hits if k.startswith("baseline")), key=lambda k: hits[k].mean())
     rows = []
