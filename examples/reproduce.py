@@ -8,7 +8,11 @@ and call `compare_runs(checked_in, rerun)`, which matches the two folders trace 
 - segments: the same character spans;
 - forward and gradient methods: the same score for every segment up to float32 rounding
   (`np.isclose` with `RTOL`, `ATOL`: another CPU, thread count or batch shape changes the
-  order of float32 sums; integrated gradients, a sum of many gradients, moves most);
+  order of float32 sums). Gradient methods get `GRADIENT_RTOL`: a backward pass and a sum
+  over interpolation steps accumulate more rounding. That tolerance was set after a check of
+  the organism study on another machine than the one that wrote its tables found integrated
+  gradients within 5.8e-4 relative (2 of 195 segments beyond 1e-4), every forward method
+  within 1e-4;
 - Monte Carlo: each boundary's success fraction compared with a two-proportion z-test; on the
   same machine the rollouts are the same and every value is equal, on another one the values
   must differ no more than sampling error allows (|z| > 3 at about 0.3% of boundaries).
@@ -28,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 RTOL, ATOL = 1e-4, 1e-5  # a score difference within float32 rounding (np.isclose)
+GRADIENT_RTOL = 1e-3  # gradient methods: backward passes, sums over steps (see above)
 Z_LIMIT = 3.0  # Monte Carlo: a boundary beyond this many standard errors counts as a miss
 MC_MISS_RATE = 0.01  # ... and more than this share of misses fails the check (expected 0.3%)
 
@@ -111,12 +116,13 @@ def _compare_method(name: str, ref: pd.DataFrame, new: pd.DataFrame) -> Check:
     both = m["score"].notna()
     new, ref = m.loc[both, "score"].to_numpy(float), m.loc[both, "score_ref"].to_numpy(float)
     gap = np.abs(new - ref)
-    far = int((~np.isclose(new, ref, rtol=RTOL, atol=ATOL)).sum())
+    rtol = GRADIENT_RTOL if name.split()[-1].startswith("gradient") else RTOL
+    far = int((~np.isclose(new, ref, rtol=rtol, atol=ATOL)).sum())
     status = ("exact" if not gap.any() else "within tolerance" if not far else "different")
     rel = float((gap / np.maximum(np.abs(ref), ATOL)).max()) if len(gap) else 0.0
     return Check(name, status, f"{len(m)} segments, max |difference| "
                                f"{float(gap.max()) if len(gap) else 0.0:.2e}, relative {rel:.1e}"
-                               + (f"; {far} beyond rtol {RTOL:g}" if far else ""))
+                               + (f"; {far} beyond rtol {rtol:g}" if far else ""))
 
 
 def _compare_mc(name: str, m: pd.DataFrame) -> Check:

@@ -101,7 +101,7 @@ def test_run_skips_a_finished_step_and_marks_a_resumed_one(tmp_path, monkeypatch
 
 
 def _write_run(folder: Path, responses: dict[str, str], scores: dict[str, list[float]],
-               correct: dict[str, list[int]]) -> None:
+               correct: dict[str, list[int]], method: str = "loo") -> None:
     folder.mkdir(parents=True)
     (folder / "raw_traces.jsonl").write_text(
         "".join(json.dumps({"id": t, "response": r}) + "\n" for t, r in responses.items()))
@@ -109,7 +109,7 @@ def _write_run(folder: Path, responses: dict[str, str], scores: dict[str, list[f
     for t, s in scores.items():
         for i, v in enumerate(s):
             seg.append({"trace_id": t, "segment": i, "char_start": 10 * i, "char_end": 10 * i + 10})
-            attr.append({"trace_id": t, "segment": i, "method": "loo", "score": v})
+            attr.append({"trace_id": t, "segment": i, "method": method, "score": v})
             mc.append({"trace_id": t, "segment": i, "method": "mc", "score": 0.0,
                        "n_rollouts": 128, "n_correct": correct[t][i]})
     pd.DataFrame(seg).to_parquet(folder / "segments.parquet")
@@ -142,6 +142,13 @@ def test_reproduction_check(tmp_path):
     assert got["loo"] == "within tolerance" and ok
     got, ok = status("changed", scores={"t3": [0.5, -1.2, 2.0]})
     assert got["loo"] == "different" and not ok
+    got, _ = status("loo-5e-4", scores={"t3": [0.5, -1.25 * (1 + 5e-4), 2.0]})
+    assert got["loo"] == "different"  # a forward method: beyond float32 rounding
+    for name in ("ref-ig", "ig-5e-4"):  # a gradient method: a backward pass, more rounding
+        s = dict(scores, t3=[0.5, -1.25 * (1 + 5e-4), 2.0]) if name == "ig-5e-4" else scores
+        _write_run(tmp_path / name, responses, s, correct, method="gradient-ig")
+    result = check.compare_runs(tmp_path / "ref-ig", tmp_path / "ig-5e-4", tables)
+    assert [c.status for c in result.checks if "gradient" in c.table] == ["within tolerance"]
     # Another machine's rollouts: every count moved by a little (well inside 3 SE).
     got, ok = status("resampled", correct={t: [42, 61, 103] for t in ids})
     assert got["mc"] == "within sampling error" and ok

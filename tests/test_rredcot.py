@@ -40,9 +40,17 @@ def test_rewards_sum_to_outcome(scorer, traces_file, sum_to, space):
         assert (inner.score - (inner.g_after - inner.g_before)).abs().max() < 1e-12 if len(inner) else True
 
 
-def test_default_is_rhat_alone(scorer, traces_file):
-    df, _ = rows_of(scorer, traces_file)
-    assert df.v_hat.isna().all() and (df.g_after - df.r_hat.map(math.exp)).abs().max() == 0
+def test_default_is_rhat_plus_vhat_over_the_remaining_steps(scorer, traces_file):
+    """The default (R̂ + v̂, remaining steps) equals asking for it; a trace without a solution
+    gets R̂ alone; --value rhat gives R̂ alone everywhere."""
+    df, summary = rows_of(scorer, traces_file)
+    both, _ = rows_of(scorer, traces_file, value="both", solution_part="remaining")
+    cols = ["score", "r_hat", "v_hat", "g_after"]
+    pd.testing.assert_frame_equal(df[cols], both[cols])
+    assert df[df.trace_id == "t1"].v_hat.notna().all() and df[df.trace_id == "t2"].v_hat.isna().all()
+    assert any("R̂ alone" in n for n in summary.notes)
+    rhat, _ = rows_of(scorer, traces_file, value="rhat")
+    assert rhat.v_hat.isna().all() and (rhat.g_after - rhat.r_hat.map(math.exp)).abs().max() == 0
 
 
 def test_components_and_outcomes(scorer, traces_file):
