@@ -139,3 +139,12 @@ def test_lookup_study_at_tiny_size(tmp_path, tiny_model_dir):
         assert len(seg[seg.trace_id == t["id"]]) == study.org.reasoning_lines(t["response"])
     assert pd.read_parquet(tmp_path / "mc.parquet").trace_id.nunique() == 2
     assert (tmp_path / "localization.csv").exists() and (tmp_path / "report").is_dir()
+    assert "| rredcot | rredcot-rhat |" in (tmp_path / "pairs.md").read_text()
+    # Partial Monte Carlo: --report-only draws localization without it, never a partial MC row.
+    import shutil
+
+    mc = pd.read_parquet(tmp_path / "mc.parquet")
+    shutil.rmtree(tmp_path / "mc.parquet")
+    mc[mc.trace_id == mc.trace_id.iloc[0]].to_parquet(tmp_path / "mc.parquet")
+    study.main(["--out", str(tmp_path), "--report-only", "--mc-traces", "2", "--bootstrap", "50"])
+    assert "mc" not in set(pd.read_csv(tmp_path / "localization.csv").method)

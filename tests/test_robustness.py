@@ -199,7 +199,7 @@ def small_traces(tmp_path):
         ["--system-prompt", "Be brief."],
         ["--truncate"],
         ["--prompt-field", "prompt"],
-        ["--value", "both"],
+        ["--value", "rhat"],
         ["--solution-part", "whole"],
         ["--vhat-weight", "0.5"],
         ["--space", "log"],

@@ -123,6 +123,36 @@ def study(out: Path, args) -> None:
     report(out, labels, args, log)
 
 
+PAIRS = (("rredcot", "rredcot-rhat"), ("rredcot", "loo"), ("rredcot-rhat", "loo"),
+         ("rredcot", "shapley"), ("rredcot", "gradient-ig"), ("rredcot", "mc"))
+
+
+def method_pairs(out: Path, labels, boot: int, skip: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Secondary (added after the protocol, before its results): top-1 localization of one
+    method minus another, paired over the traces both scored, with a bootstrap CI
+    (`pairs.md`)."""
+    import numpy as np
+
+    _, hits, scored = org.localization_hits(out, labels, skip=skip)
+    rng = np.random.default_rng(0)
+    rows = []
+    for a, b in PAIRS:
+        if a not in hits or b not in hits:
+            continue
+        both = scored[a] & scored[b]
+        d = (hits[a] - hits[b])[both]
+        means = d[rng.integers(0, len(d), size=(boot, len(d)))].mean(axis=1)
+        rows.append({"method": a, "minus": b, "traces": int(both.sum()),
+                     "difference": round(float(d.mean()), 3),
+                     "ci_low": round(float(np.quantile(means, 0.025)), 3),
+                     "ci_high": round(float(np.quantile(means, 0.975)), 3)})
+    table = pd.DataFrame(rows)
+    (out / "pairs.md").write_text(
+        "Top-1 localization, one method minus another, paired over the traces both scored "
+        f"(95% bootstrap CIs, {boot} resamples)\n\n" + org._markdown(table))
+    return table
+
+
 def report(out: Path, labels, args, log: dict) -> None:
     """The localization table, and `cotcredit compare` with MC as the reference once Monte
     Carlo has scored all its traces; before that, localization without MC (a partial MC
@@ -131,8 +161,10 @@ def report(out: Path, labels, args, log: dict) -> None:
     done = pd.read_parquet(mc, columns=["trace_id"]).trace_id.nunique() if mc.exists() else 0
     if done >= min(args.mc_traces, len(labels)):
         org.report(out, labels, args, log)
+        method_pairs(out, labels, args.bootstrap)
         return
     org.localization(out, labels, boot=args.bootstrap, skip=("mc",))
+    method_pairs(out, labels, args.bootstrap, skip=("mc",))
     print(f"Monte Carlo has scored {done} of its {args.mc_traces} traces: localization written "
           "without it; rerun to continue Monte Carlo and draw the comparison with it")
 
