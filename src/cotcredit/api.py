@@ -8,7 +8,7 @@ output tables; `.frame()` reads the rows)::
     from cotcredit.methods.rredcot import RredcotOptions
 
     run = cotcredit.redistribute("traces.jsonl", "rredcot.parquet",
-                                 options=RredcotOptions(value="rhat"))
+                                 options=RredcotOptions(value="rhat"))  # default: R̂ + v̂
     df = run.frame()                      # the same as pd.read_parquet("rredcot.parquet")
     report = cotcredit.compare(methods="rredcot,mc,loo")   # the tables in the folder
 
