@@ -48,7 +48,8 @@ so Shapley and integrated gradients run on the 60 Monte Carlo traces only (the 4
 scored are among them) and LOO on every trace (`loo.parquet`). No score, localization or
 agreement figure had been computed when this was decided; only the cost columns were read.
 The same held for Monte Carlo, whose first trace took 755 s (192 rollouts of up to 96 tokens,
-another job on the other core): the 60 traces need about 6 to 12 hours on 2 cores. LOO on every
+another job on the other core; later traces on an idle machine 91-293 s): the 60 traces need
+hours on 2 cores. LOO on every
 trace now runs before it; Monte Carlo resumes across runs, and until all 60 traces are scored
 the report holds localization without MC (`--report-only`), never a partial MC comparison.
 """
