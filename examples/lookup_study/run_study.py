@@ -80,8 +80,8 @@ def _module(path: Path, name: str):
 
 
 org = _module(ROOT / "examples" / "organism_study" / "run_study.py", "organism_study")
-make = _module(ROOT / "examples" / "lookup" / "make_problems.py", "make_problems")
-hops = _module(ROOT / "examples" / "lookup" / "hops_checker.py", "hops_checker")
+make = org.load_module(ROOT / "examples" / "lookup" / "make_problems.py", "make_problems")
+hops = org.load_module(ROOT / "examples" / "lookup" / "hops_checker.py", "hops_checker")
 
 
 def hops_check(trace: dict):

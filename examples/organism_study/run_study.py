@@ -366,13 +366,18 @@ def reproduce(args) -> bool:
     return ok
 
 
-def load_reproduce():
-    """examples/reproduce.py, the run-against-run comparison every study shares."""
-    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "examples" / "reproduce.py")
+def load_module(path: Path, name: str):
+    """An example script as a module (examples/ is no package)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["reproduce"] = module  # dataclasses look their module up there
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def load_reproduce():
+    """examples/reproduce.py, the run-against-run comparison every study shares."""
+    return load_module(ROOT / "examples" / "reproduce.py", "reproduce")
 
 
 if __name__ == "__main__":
