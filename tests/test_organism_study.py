@@ -60,8 +60,34 @@ def test_segmentation_study_at_tiny_size(tmp_path):
     seg_study = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(seg_study)
     seg_study.main(["--out", str(tmp_path / "seg"), "--study", str(tmp_path / "org"),
-                    "--regime", "full", "--bootstrap", "50"])
+                    "--regime", "full", "--bootstrap", "50", "--mc-traces", "5"])
     out = tmp_path / "seg" / "full"
+    # Monte Carlo on each hybrid segmentation: its first 5 traces, the study's rollout count,
+    # and at every boundary it shares with the steps the study's very rollouts (keyed per trace
+    # and token boundary), so no success count differs there.
+    agreement = pd.read_csv(out / "mc_agreement.csv")
+    for name in seg_study.SEGMENTATIONS:
+        mc = pd.read_parquet(out / name / "mc.parquet")
+        assert mc.trace_id.nunique() == 5 and set(mc.n_rollouts) == {2}
+        shared, differ = seg_study.shared_boundaries(tmp_path / "org" / "full", out / name,
+                                                     sorted(set(mc.trace_id)))
+        assert shared >= 5 and differ == 0  # at least every trace's prompt boundary
+        assert (out / name / "report" / "report.md").exists()
+    assert set(agreement.differing_counts.dropna()) <= {0}
+    assert set(agreement.segmentation) <= {"steps", "k8", "k4"}
+    # The per-trace agreement is Spearman of the credits with MC's, as a direct computation.
+    from scipy.stats import spearmanr
+
+    study_dir = tmp_path / "org" / "full"
+    traces = sorted(set(pd.read_parquet(study_dir / "mc.parquet").trace_id))
+    per = seg_study.per_trace_agreement(study_dir, traces, 50)
+    loo = pd.read_parquet(study_dir / "attr.parquet")
+    loo, mcs = loo[loo.method == "loo"], pd.read_parquet(study_dir / "mc.parquet")
+    for t in traces:
+        a = loo[loo.trace_id == t].sort_values("segment").score.to_numpy()
+        b = mcs[mcs.trace_id == t].sort_values("segment").score.to_numpy()
+        if len(a) >= 3 and a.std() > 0 and b.std() > 0:
+            assert per.loc[t, "loo"] == pytest.approx(spearmanr(a, b).statistic, abs=1e-9)
     for name, k in seg_study.SEGMENTATIONS.items():
         seg = pd.read_parquet(out / name / "segments.parquet")
         assert (seg.groupby("trace_id").size() <= k).all()

@@ -31,6 +31,36 @@ any result was seen:
   difference from it.
 - Both organism checkpoints (full, early). Resumable: every step is a `cotcredit` command that
   resumes its output.
+
+Amendment 1 (2026-12-02, written before any Monte Carlo ran on these segmentations; the
+localization results above were known): MC agreement by segmentation. Monte Carlo is rerun on
+each hybrid segmentation after all, so that the study says what each segmentation costs or
+gains in agreement with MC, not only in localization.
+
+- Monte Carlo: the organism study's command and settings (`organism_study.mc_command`: T = 1,
+  at most 48 new tokens, seed 0, rollouts saved) with its number of rollouts per boundary
+  (read from its mc.parquet: 128), on the first `--mc-traces` traces of each checkpoint (200,
+  for cost: the study's MC took about 3 s a trace over 5-6 boundaries and `k8` has up to 9, so
+  200 traces x 2 segmentations x 2 checkpoints is about an hour on 2 cores, all 500 about
+  2.5 hours). Rollouts are keyed per trace and reasoning-token boundary, so at a boundary a
+  hybrid segmentation shares with the steps its rollouts are the study's: every shared
+  boundary's success count is compared and the number that differ is reported (0 expected on
+  one machine).
+- Metric: per trace, the Spearman correlation of a method's credits with MC's credits on the
+  same segmentation (value differences, as `cotcredit compare`; traces with at least 3
+  segments), for rredcot-rhat, rredcot, loo and the position baseline (the mean MC credit at
+  the same relative position among the other traces of the same outcome, on that
+  segmentation). Every segmentation on the same traces (the first N that all of them scored;
+  the steps' statistics recomputed on those).
+- Comparisons (primary for this amendment): per method, mean per-trace Spearman on a hybrid
+  segmentation minus on the steps, paired per trace, and each row minus its own
+  segmentation's position baseline, paired per trace; 95% bootstrap CIs (2000 resamples).
+  `mc_agreement.md`; the full `cotcredit compare` report of each hybrid segmentation in its
+  `report/`.
+- Caveat fixed in advance: the reference moves with the segmentation (MC at other
+  boundaries), so a gain means a method tracks *that segmentation's* MC better; and Spearman
+  over 8 segments and over 3-4 differ in granularity, so the difference from each
+  segmentation's own position baseline is the comparable figure.
 """
 
 from __future__ import annotations
@@ -50,6 +80,7 @@ ROOT = HERE.parents[1]
 REGIMES = ("full", "early")
 SEGMENTATIONS = {"k8": 8, "k4": 4}
 METHODS = ("rredcot-rhat", "rredcot", "loo")
+TABLES = ("rredcot_rhat.parquet", "rredcot.parquet", "attr.parquet", "mc.parquet")
 EXIT = "The answer is "
 
 
@@ -62,8 +93,10 @@ def organism_study():
     return module
 
 
-def run_segmentation(org, study: Path, out: Path, k: int, model: str) -> None:
-    """One hybrid segmentation with -k `k` and the methods on it, in `out`."""
+def run_segmentation(org, study: Path, out: Path, k: int, model: str, mc_traces: int = 0,
+                     boot: int = 2000) -> None:
+    """One hybrid segmentation with -k `k` and the methods on it, in `out`; with `mc_traces`,
+    Monte Carlo as the study ran it on that many traces, and `cotcredit compare` (Amendment 1)."""
     out.mkdir(parents=True, exist_ok=True)
     log: dict = json.loads((out / "steps.json").read_text()) if (out / "steps.json").exists() else {}
     traces = os.path.relpath(study / "traces.jsonl", out)
@@ -71,13 +104,22 @@ def run_segmentation(org, study: Path, out: Path, k: int, model: str) -> None:
                                            str(k), "--model", model, "--on-error", "skip",
                                            "-q"], log)
     common = ["--model", model, "--segments-file", "segments.parquet", "--on-error", "skip",
-              "--timings", "-q", "--exit-string", EXIT]
+              "--timings", "-q"]
+    forcing = ["--exit-string", EXIT]
     org.run(out, "RREDCoT, R̂ alone", ["redistribute", traces, "-o", "rredcot_rhat.parquet",
-                                      "--value", "rhat", "--label", "rredcot-rhat", *common], log)
+                                      "--value", "rhat", "--label", "rredcot-rhat", *common,
+                                      *forcing], log)
     org.run(out, "RREDCoT", ["redistribute", traces, "-o", "rredcot.parquet", "--value", "both",
-                             "--solution-part", "remaining", *common], log)
+                             "--solution-part", "remaining", *common, *forcing], log)
     org.run(out, "LOO", ["attribute", traces, "-o", "attr.parquet", "--method", "loo",
-                         *common], log)
+                         *common, *forcing], log)
+    if not mc_traces:
+        return
+    rollouts = int(pd.read_parquet(study / "mc.parquet", columns=["n_rollouts"]).n_rollouts.max())
+    org.run(out, "Monte Carlo", org.mc_command(traces, rollouts, "--max-traces", str(mc_traces),
+                                               *common), log)
+    org.run(out, "report", ["compare", "--scores", *TABLES, "-o", "report", "--bootstrap",
+                            str(boot), "--overwrite", "-q"], log, always=True)
 
 
 def paired(a: np.ndarray, b: np.ndarray, rng: np.random.Generator, boot: int) -> tuple:
@@ -146,6 +188,97 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def shared_boundaries(study: Path, folder: Path, traces: list[str]) -> tuple[int, int]:
+    """(boundaries a hybrid segmentation shares with the steps, those whose MC success counts
+    differ) over `traces`: the same trace and reasoning-token boundary draw the same rollouts."""
+    cols = ["trace_id", "token_start", "token_end", "n_correct", "value_before", "n_rollouts"]
+
+    def counts(path: Path) -> pd.DataFrame:
+        mc = pd.read_parquet(path, columns=cols)
+        mc = mc[mc.trace_id.isin(traces)]
+        ends = mc[["trace_id", "token_end", "n_correct"]].rename(columns={"token_end": "token"})
+        # The prompt's boundary (token 0) has no row of its own: its value opens segment 1.
+        first = mc[mc.token_start == 0]
+        start = pd.DataFrame({"trace_id": first.trace_id, "token": 0,
+                              "n_correct": (first.value_before * first.n_rollouts).round()})
+        return pd.concat([ends, start]).drop_duplicates(["trace_id", "token"])
+
+    both = counts(study / "mc.parquet").merge(counts(folder / "mc.parquet"),
+                                               on=["trace_id", "token"])
+    return len(both), int((both.n_correct_x != both.n_correct_y).sum())
+
+
+def per_trace_agreement(folder: Path, traces: list[str], boot: int) -> pd.DataFrame:
+    """Per-trace Spearman with MC (value differences) of each method and the position
+    baseline, on `folder`'s segmentation and the given traces (`cotcredit compare`'s
+    statistics, from the library)."""
+    from cotcredit.comparison import analyse
+    from cotcredit.report import load_scores
+
+    scores = load_scores([folder / t for t in TABLES], [*METHODS, "mc"])
+    scores = scores[scores.trace_id.isin(traces)]
+    corr = analyse(scores, reference="mc", n_boot=boot, baselines="position").correlations
+    per = corr.per_trace_agreement.xs("spearman", axis=1, level=1)
+    return per[[m for m in (*METHODS, "position") if m in per.columns]]
+
+
+def mc_agreement(study: Path, out: Path, boot: int, seed: int = 0) -> pd.DataFrame:
+    """Amendment 1's table: per (segmentation, method), mean per-trace Spearman with that
+    segmentation's MC, minus its position baseline and minus the steps (paired per trace)."""
+    folders = {"steps": study, **{n: out / n for n in SEGMENTATIONS
+                                  if (out / n / "mc.parquet").exists()}}
+    done = [set(pd.read_parquet(f / "mc.parquet", columns=["trace_id"]).trace_id)
+            for f in folders.values()]
+    traces = sorted(set.intersection(*done))
+    per = {name: per_trace_agreement(f, traces, boot) for name, f in folders.items()}
+    rng = np.random.default_rng(seed)
+    rows = []
+    for name, table in per.items():
+        shared, differ = shared_boundaries(study, folders[name], traces) if name != "steps" \
+            else (np.nan, np.nan)
+        for method in table.columns:
+            keep = table[method].notna() & table["position"].notna()
+            if name != "steps":
+                keep &= per["steps"][method].reindex(table.index).notna()
+            x = table.loc[keep, method].to_numpy()
+            if not len(x):
+                continue
+            mean = paired(x, np.zeros_like(x), rng, boot)
+            row = {"segmentation": name, "method": method, "traces": len(x),
+                   "spearman": mean[0], "low": mean[1], "high": mean[2],
+                   "shared_boundaries": shared, "differing_counts": differ}
+            if method != "position":
+                d = paired(x, table.loc[keep, "position"].to_numpy(), rng, boot)
+                row.update(minus_baseline=d[0], minus_baseline_low=d[1], minus_baseline_high=d[2])
+            if name != "steps":
+                d = paired(x, per["steps"][method].reindex(table.index)[keep].to_numpy(), rng,
+                           boot)
+                row.update(minus_steps=d[0], minus_steps_low=d[1], minus_steps_high=d[2])
+            rows.append(row)
+    columns = ["segmentation", "method", "traces", "spearman", "low", "high",
+               "shared_boundaries", "differing_counts"]
+    return pd.DataFrame(rows, columns=columns if not rows else None).round(3)
+
+
+def agreement_markdown(table: pd.DataFrame) -> str:
+    def iv(r, key):
+        d = r.get(key)
+        return "–" if d is None or pd.isna(d) else \
+            f"{d:+.3f} [{r[key + '_low']:+.3f}, {r[key + '_high']:+.3f}]"
+
+    lines = ["| segmentation | method | traces | mean Spearman with MC | − position baseline | "
+             "− steps (paired) |", "|---|---|---|---|---|---|"]
+    for r in table.to_dict("records"):
+        lines.append(f"| {r['segmentation']} | {r['method']} | {r['traces']} | "
+                     f"{r['spearman']:.3f} [{r['low']:.3f}, {r['high']:.3f}] | "
+                     f"{iv(r, 'minus_baseline')} | {iv(r, 'minus_steps')} |")
+    shared = table.dropna(subset=["shared_boundaries"]).drop_duplicates("segmentation")
+    notes = [f"- `{r.segmentation}` shares {int(r.shared_boundaries)} boundaries with the steps; "
+             f"MC success counts differ at {int(r.differing_counts)} of them."
+             for r in shared.itertuples()]
+    return "\n".join(lines + [""] + notes) + "\n"
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=HERE, help="study folder (default: this one)")
@@ -154,6 +287,8 @@ def main(argv=None) -> None:
     ap.add_argument("--regime", action="append", choices=REGIMES, help="default: both")
     ap.add_argument("--models", type=Path, default=ROOT / "examples" / "organism")
     ap.add_argument("--bootstrap", type=int, default=2000)
+    ap.add_argument("--mc-traces", type=int, default=200,
+                    help="Monte Carlo on the first N traces of each segmentation (0: none)")
     args = ap.parse_args(argv)
     org = organism_study()
     for regime in args.regime or REGIMES:
@@ -164,7 +299,7 @@ def main(argv=None) -> None:
         for name, k in SEGMENTATIONS.items():
             folder = out / name
             model = os.path.relpath((args.models / f"model-{regime}").resolve(), folder)
-            run_segmentation(org, study, folder, k, model)
+            run_segmentation(org, study, folder, k, model, args.mc_traces, args.bootstrap)
         table = compare_segmentations(org, study, out, args.bootstrap)
         table.to_csv(out / "localization.csv", index=False)
         text = (f"Top-1 localization by segmentation, `{regime}` checkpoint (traces with a "
@@ -173,6 +308,15 @@ def main(argv=None) -> None:
                 + markdown(table))
         (out / "localization.md").write_text(text)
         print(text, flush=True)
+        if args.mc_traces:
+            agreement = mc_agreement(study, out, args.bootstrap)
+            agreement.to_csv(out / "mc_agreement.csv", index=False)
+            text = (f"Agreement with Monte Carlo by segmentation, `{regime}` checkpoint (each "
+                    "segmentation against its own MC; the traces every segmentation's MC "
+                    f"scored; paired per trace, 95% bootstrap CIs, {args.bootstrap} "
+                    "resamples)\n\n" + agreement_markdown(agreement))
+            (out / "mc_agreement.md").write_text(text)
+            print(text, flush=True)
 
 
 if __name__ == "__main__":

@@ -304,11 +304,16 @@ def study(out: Path, model: str, args) -> None:
                                   "loo,shapley,gradient", "--gradient", "ig", "--steps",
                                   str(args.ig_steps), "--exact-max", "6", *common, *forcing], log)
     mc_subset = ["--max-traces", str(args.mc_traces)] if args.mc_traces else []
-    run(out, "Monte Carlo", ["mc-baseline", "traces.jsonl", "-o", "mc.parquet", "--rollouts",
-                             str(args.rollouts), "--temperature", "1", "--max-new-tokens", "48",
-                             "--save-rollouts", "rollouts.parquet", "--batch-size", "128",
-                             *mc_subset, *common], log)
+    run(out, "Monte Carlo", mc_command("traces.jsonl", args.rollouts, *mc_subset, *common), log)
     report(out, labels, args, log)
+
+
+def mc_command(traces: str, rollouts: int, *extra: str) -> list[str]:
+    """The study's Monte Carlo command (the segmentation study reruns it on its boundaries):
+    `rollouts` per boundary at T = 1, at most 48 new tokens, rollouts saved beside mc.parquet."""
+    return ["mc-baseline", traces, "-o", "mc.parquet", "--rollouts", str(rollouts),
+            "--temperature", "1", "--max-new-tokens", "48", "--save-rollouts", "rollouts.parquet",
+            "--batch-size", "128", *extra]
 
 
 def report(out: Path, labels: pd.DataFrame, args, log: dict) -> None:
