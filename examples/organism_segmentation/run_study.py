@@ -136,10 +136,14 @@ def compare_segmentations(org, study: Path, out: Path, boot: int, seed: int = 0)
     """One row per (segmentation, method): top-1, the best baseline, and paired differences
     from the steps segmentation and from that baseline, on the traces every run scored."""
     labels = org.label_traces(study / "raw_traces.jsonl", study / "traces.jsonl")
-    runs = {"steps": org.localization_hits(study, labels)}
+    # A segment overlapping the first wrong line counts (the rule of the README's table; the
+    # script passed no responses until 2026-12-02, so a rerun drew the first-character rule).
+    responses = {t["id"]: t["response"] for t in map(
+        json.loads, (study / "traces.jsonl").read_text().splitlines())}
+    runs = {"steps": org.localization_hits(study, labels, wrong_line_of=responses)}
     for name in SEGMENTATIONS:
         if (out / name / "attr.parquet").exists():
-            runs[name] = org.localization_hits(out / name, labels)
+            runs[name] = org.localization_hits(out / name, labels, wrong_line_of=responses)
     # The traces every segmentation holds (a trace skipped by one is left out of all).
     common = sorted(set.intersection(*(set(r[0]) for r in runs.values())))
     for name, (ids, hits, scored) in list(runs.items()):
