@@ -142,3 +142,21 @@ def test_calibration_verdict_of_a_retrain():
     piled = {"1": 41, "2": 20, "3": 20, "4": 19}  # 41% on one position
     ok, why = build.meets_calibration({"accuracy": 0.5, "first_error_hist": piled})
     assert not ok and "41%" in why
+
+
+def test_segment_lines_reproduces_the_organism_studys_step_segmentation(tmp_path, capsys):
+    """`-k lines` gives, on the organism study's traces, exactly the segments the study made
+    by running the hybrid segmentation with -k matched to each trace's line count."""
+    study = ROOT / "examples" / "organism_study" / "full"
+    code, _, err = run_cli(["segment", study / "traces.jsonl", "-o", tmp_path / "seg", "-k",
+                            "lines", "--model", ORGANISM / "model-full", "--max-traces", 60,
+                            "-q"], capsys)
+    assert code == 0, err
+    got = pd.read_parquet(tmp_path / "seg")
+    want = pd.read_parquet(study / "segments.parquet")
+    want = want[want.trace_id.isin(set(got.trace_id))]
+    cols = ["trace_id", "segment", "char_start", "char_end", "token_start", "token_end"]
+    assert got.trace_id.nunique() == 60
+    pd.testing.assert_frame_equal(got.sort_values(cols[:2])[cols].reset_index(drop=True),
+                                  want.sort_values(cols[:2])[cols].reset_index(drop=True),
+                                  check_dtype=False)

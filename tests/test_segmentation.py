@@ -176,3 +176,16 @@ def test_heap_merge_equals_the_naive_scan(case, target, merge, min_tokens, max_t
     ent = torch.tensor(values, dtype=torch.float64)  # few distinct values: many ties
     opts = SegmentOptions(segments=target, merge=merge, min_tokens=min_tokens, max_tokens=max_tokens)
     assert _merge(bounds, ent, opts, target) == _naive_merge(bounds, ent, opts, target)
+
+
+def test_lines_cut_after_every_line_break_and_merge_nothing(encoded):
+    enc, ent = encoded
+    seg = segment_encoded(enc, ent, SegmentOptions(segments="lines").validate())
+    check_invariants(enc, seg)
+    # the reasoning's lines, in order, each keeping its line break
+    assert [s.text for s in seg.segments] == enc.reasoning_text.splitlines(keepends=True)
+    # the same cuts as the hybrid segmentation's line-break candidates, with no keyword cuts
+    assert seg.boundaries[1:-1] == candidate_cuts(enc, ())
+    assert SegmentOptions(segments=" lines ").validate().segments == "lines"
+    with pytest.raises(UserError, match="'lines'"):
+        SegmentOptions(segments="line").validate()

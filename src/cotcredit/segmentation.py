@@ -68,8 +68,9 @@ class SegmentOptions:
 
     segments: int | str = option(
         8, short="-k",
-        help="Target number of segments per trace, or 'steps': the trace's pre-split steps "
-        "(automatic for traces read with steps).",
+        help="Target number of segments per trace; 'lines': one segment per line of the "
+        "reasoning (cuts after every line break, nothing merged); or 'steps': the trace's "
+        "pre-split steps (automatic for traces read with steps).",
     )
     keywords: tuple[str, ...] = option(
         DEFAULT_KEYWORDS,
@@ -86,10 +87,11 @@ class SegmentOptions:
     def validate(self) -> SegmentOptions:
         if isinstance(self.segments, str):
             text = self.segments.strip()
-            if text == "steps":
-                return dataclasses.replace(self, segments="steps").validate_rest()
+            if text in ("steps", "lines"):
+                return dataclasses.replace(self, segments=text).validate_rest()
             if not text.isdigit():
-                raise UserError(f"--segments must be a number or 'steps', got '{self.segments}'")
+                raise UserError(f"--segments must be a number, 'lines' or 'steps', got "
+                                f"'{self.segments}'")
             return dataclasses.replace(self, segments=int(text)).validate()
         if self.segments < 1:
             raise UserError("--segments must be at least 1")
@@ -139,18 +141,28 @@ class Segmentation:
         return [0] + [s.token_end for s in self.segments]
 
 
+def line_starts(text: str) -> set[int]:
+    """Character offsets where a new line of `text` starts (after a run of line breaks that
+    more text follows)."""
+    return {m.end() for m in re.finditer(r"\n+", text) if m.end() < len(text)}
+
+
 def candidate_cuts(enc: EncodedTrace, keywords: tuple[str, ...]) -> list[int]:
     """Token indices (1..n-1) where a new segment may start: after line breaks, before keywords."""
     text = enc.reasoning_text
-    chars: set[int] = set()
-    for m in re.finditer(r"\n+", text):
-        if m.end() < len(text):
-            chars.add(m.end())
+    chars = line_starts(text)
     if keywords:
         alt = "|".join(re.escape(k) for k in sorted(keywords, key=len, reverse=True))
         # A keyword opens a thought at the start of the text, a line, or a sentence.
         for m in re.finditer(rf"(?:^|(?<=[\n.!?;:)]\s)|(?<=[\n.!?;:)]))\s*({alt})\b", text):
             chars.add(m.start(1))
+    return token_cuts(enc, chars)
+
+
+def token_cuts(enc: EncodedTrace, chars: set[int]) -> list[int]:
+    """The reasoning-token indices (1..n-1) where segments starting at characters `chars`
+    begin: the token holding each character, moved back over tokens that continue a split
+    character; duplicates and the first token dropped."""
     starts = enc.token_starts
     cuts: set[int] = set()
     tok = 0
@@ -221,12 +233,24 @@ def step_segmentation(enc: EncodedTrace, entropies: torch.Tensor | None = None) 
     return build_segmentation(enc, bounds, ent)
 
 
+def line_segmentation(enc: EncodedTrace, entropies: torch.Tensor | None = None) -> Segmentation:
+    """One segment per line of the reasoning: a cut after every run of line breaks (at the
+    candidate cuts the hybrid segmentation uses for them), none merged, no keyword cuts. On
+    reasoning written one step per line this is the step segmentation RREDCoT's v̂ needs (the
+    README's segmentation study)."""
+    bounds = [0, *token_cuts(enc, line_starts(enc.reasoning_text)), enc.n_reasoning]
+    ent = token_entropies(enc, entropies) if entropies is not None else None
+    return build_segmentation(enc, bounds, ent)
+
+
 def segment_encoded(
     enc: EncodedTrace, entropies: torch.Tensor, options: SegmentOptions
 ) -> Segmentation:
     """Segment one encoded trace given the entropies of its forward pass (prompt + reasoning)."""
     if options.segments == "steps":
         return step_segmentation(enc, entropies)
+    if options.segments == "lines":
+        return line_segmentation(enc, entropies)
     n = enc.n_reasoning
     ent = token_entropies(enc, entropies)
     target = min(options.segments, sum(enc.cuttable))
