@@ -68,6 +68,18 @@ def test_a_batch_equals_its_completions_one_by_one_and_the_analysis_path(scorer,
         assert got.spans[0][0] == 0 and all(x < y for x, y in got.spans)
 
 
+def test_lines_segments_a_completion_per_line(scorer):
+    """segments="lines": one span per reasoning line, the spans `segment -k lines` makes."""
+    online = OnlineRredcot(scorer.model, scorer.tokenizer, segments="lines")
+    p, c, a, s = batch(scorer, 3)
+    for got in online(p, c, a, s):
+        enc = got.encoded
+        assert len(got.spans) == len(enc.reasoning_text.splitlines())
+        seg = segment_encoded(enc, None, SegmentOptions(segments="lines"))
+        assert [(x.token_start, x.token_end) for x in seg.segments] == got.spans
+        assert math.fsum(got.rewards) == pytest.approx(got.outcome - got.g[0], abs=1e-9)
+
+
 def test_micro_batches_and_tiny_probe_budgets_give_the_same_numbers(scorer):
     p, c, a, s = batch(scorer)
     ref = OnlineRredcot(scorer.model, scorer.tokenizer, segments=3)(p, c, a, s)

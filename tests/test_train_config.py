@@ -36,6 +36,11 @@ def test_minimal_config_defaults_and_paths_relative_to_the_config(tmp_path):
     assert cfg.rredcot.segments == 8 and cfg.rredcot.value == "rhat"
 
 
+def test_segments_take_a_count_or_lines(tmp_path):
+    assert load_config(write(tmp_path, MINIMAL + "rredcot:\n  segments: lines\n")).rredcot.segments == "lines"
+    assert load_config(write(tmp_path, MINIMAL + "rredcot:\n  segments: 5\n")).rredcot.segments == 5
+
+
 def test_absolute_paths_are_kept(tmp_path):
     cfg = load_config(write(tmp_path, f"train_file: /abs/t.jsonl\noutput_dir: {tmp_path}/o\n"))
     assert cfg.train_file == Path("/abs/t.jsonl") and cfg.output_dir == tmp_path / "o"
@@ -104,6 +109,12 @@ def test_empty_sections_mean_defaults(tmp_path):
             "unknown key 'grpo.top_p': TRL option not listed here; put it under 'grpo.extra'",
         ),
         ("grpo:\n  temperature: 0\n", "grpo.temperature: must be > 0 (got 0)"),
+        ("rredcot:\n  segments: 0\n",
+         "rredcot.segments: must be a positive integer or 'lines' (got 0)"),
+        ("rredcot:\n  segments: line\n",
+         "rredcot.segments: must be a positive integer or 'lines' (got 'line')"),
+        ("rredcot:\n  segments: 2.5\n",
+         "rredcot.segments: must be a positive integer or 'lines' (got 2.5)"),
         ("grpo:\n  num_generations: 1\n", "grpo.num_generations: must be >= 2 (got 1)"),
         ("grpo:\n  num_generations: 2.5\n", "grpo.num_generations: must be an integer (got 2.5)"),
         ("grpo:\n  learning_rate: fast\n", "grpo.learning_rate: must be a number (got 'fast')"),

@@ -153,7 +153,8 @@ class OnlineRredcot:
 
     ``model``: the policy (scored with its current weights at every call: the object a trainer
     updates in place); ``options``: RREDCoT options (default: R̂ alone, rewards summing to
-    ζ − g_0); ``segments``: target segments per completion (or ``SegmentOptions``);
+    ζ − g_0); ``segments``: target segments per completion, ``"lines"`` (one per
+    reasoning line) or ``SegmentOptions``;
     ``model_options``: chat template / system prompt used to render a text prompt (ids given to
     the call are used as they are); ``on_unscorable``: ``"raise"`` or ``"skip"`` (None for
     completions without reasoning or too long for the context); ``max_batch_tokens``: padded
@@ -166,7 +167,7 @@ class OnlineRredcot:
         tokenizer,
         options: RredcotOptions | None = None,
         *,
-        segments: int | SegmentOptions = 8,
+        segments: int | str | SegmentOptions = 8,
         model_options: ModelOptions | None = None,
         on_unscorable: str = "raise",
         max_batch_tokens: int = 16384,

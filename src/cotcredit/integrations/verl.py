@@ -222,7 +222,7 @@ def _trainer_class():
                 self.rredcot_credit = OnlineRredcot(
                     model, tokenizer,
                     RredcotOptions(value=o.get("value", "rhat"), sum_to="advantage"),
-                    segments=int(o.get("segments", 8)), on_unscorable="skip", name=label,
+                    segments=o.get("segments", 8), on_unscorable="skip", name=label,
                 )
             return self.rredcot_credit
 

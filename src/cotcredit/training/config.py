@@ -75,7 +75,9 @@ class _Section(BaseModel):
 class RredcotTrainingOptions(_Section):
     """How segment rewards are computed (by the RREDCoT scorer) and turned into advantages."""
 
-    segments: int = Field(8, ge=1)  # target number of reasoning segments per completion
+    # target number of reasoning segments per completion, or "lines": one per reasoning line
+    # (the step segmentation v̂ needs on reasoning written a step per line)
+    segments: int | Literal["lines"] = 8
     value: Literal["rhat", "vhat", "both"] = "rhat"  # which estimate g_k is built from
     exit_string: str | None = None  # answer-forcing string E; None: chosen per template
     length_norm: bool = False  # per-token (geometric-mean) normalisation of v-hat
@@ -84,6 +86,13 @@ class RredcotTrainingOptions(_Section):
     # false: weights from g_k - g_{k-1} alone, the terminal correction zeta - g_K kept out
     terminal_in_weights: bool = True
     shuffle: bool = False  # control: rewards permuted within each completion (seeded by seed)
+
+    @field_validator("segments", mode="before")
+    @classmethod
+    def _segments(cls, value):
+        if value == "lines" or (type(value) is int and value >= 1):
+            return value
+        raise ValueError("must be a positive integer or 'lines'")
 
 
 class LoraOptions(_Section):
@@ -249,6 +258,8 @@ def _error_message(error: dict) -> str:
         return f"{where}: must be {op} {bound}{got}"
     if kind == "literal_error":
         return f"{where}: must be {ctx['expected']}{got}"
+    if kind == "value_error":  # a field's own check: its message says what is wanted
+        return f"{where}: {ctx['error']}{got}"
     if kind == "finite_number":
         return f"{where}: must be a finite number{got}"
     if kind == "int_from_float":

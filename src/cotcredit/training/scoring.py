@@ -78,7 +78,7 @@ class PolicySegmentRewards:
         model,
         tokenizer,
         *,
-        segments: int = 8,
+        segments: int | str = 8,
         value: str = "rhat",
         exit_string: str | None = None,
         length_norm: bool = False,
