@@ -47,7 +47,7 @@ def _study():
 def test_arms_differ_only_in_the_advantage(tmp_path):
     study = _study()
     assert set(study.ARMS) == {"grpo", "rredcot", "rredcot-nocorr", "rredcot-floor0.5", "shuffled",
-                               "rredcot-vhat"}
+                               "rredcot-vhat", "rredcot-vhat-lines"}
     config = ROOT / "examples" / "organism_train" / "config.yaml"
     args = type("A", (), {"model": str(tmp_path), "eval_every": 50, "steps": 300, "samples": 4,
                           "prompts_per_step": 2})()
@@ -66,6 +66,12 @@ def test_arms_differ_only_in_the_advantage(tmp_path):
     assert made["rredcot-floor0.5"]["rredcot"]["floor"] == 0.5
     assert made["shuffled"]["rredcot"]["shuffle"] is True
     assert made["rredcot-vhat"]["rredcot"]["value"] == "both"
+    assert made["rredcot-vhat-lines"]["rredcot"] == {**made["rredcot-vhat"]["rredcot"],
+                                                     "segments": "lines"}
+    from cotcredit.training.config import load_config
+
+    assert load_config(study.run_config(config, "rredcot-vhat-lines", 3, tmp_path,
+                                        args)).rredcot.segments == "lines"
     base = {k: v for k, v in made["rredcot"]["rredcot"].items()}
     assert {k: v for k, v in made["shuffled"]["rredcot"].items() if k != "shuffle"} == base
 

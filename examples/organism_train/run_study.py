@@ -20,6 +20,13 @@ changed. The protocol is fixed here, before any result was seen:
   A sixth arm, ``rredcot-vhat`` (g from R̂ + v̂ over the remaining reference steps), was added
   after the five had run and after the organism localization study showed R̂ carrying no
   signal on this organism and v̂ carrying it; it is exploratory, reported apart.
+  A seventh arm, ``rredcot-vhat-lines`` (R̂ + v̂ as rredcot-vhat, on one segment per reasoning
+  line, ``segments: lines``, instead of 8 hybrid segments), was added on 2026-12-02, after
+  rredcot-vhat was seen to equal grpo and after the segmentation study found v̂'s localization
+  and its tracking of Monte Carlo hold only on step segments; exploratory, reported apart, run
+  at the study's size with nothing else changed. Stated before it ran: if v̂'s credit helps
+  training here, this arm beats grpo and shuffled; if it equals them, placing credit on the
+  right step does not change what GRPO learns at this size.
 - Size: seeds 0–4 per arm, 300 steps of 2 prompts × 8 completions (temperature 1), learning rate
   1e-4 (fixed before any run). Checked on development data before the study ran (grpo,
   seed 0, 300-step runs evaluated on 100 dev problems every 100 steps, stopped once clear):
@@ -79,6 +86,9 @@ ARMS: dict[str, tuple[str, dict]] = {
     # carried no signal and R̂ + v̂ (remaining steps) localized as well as Monte Carlo. The
     # same config with g from R̂ + v̂; exploratory, not one of the five fixed in advance.
     "rredcot-vhat": ("rredcot", {"value": "both"}),
+    # Added 2026-12-02 after the segmentation study (v̂ needs step segments) and after
+    # rredcot-vhat's result; exploratory.
+    "rredcot-vhat-lines": ("rredcot", {"value": "both", "segments": "lines"}),
 }
 
 
