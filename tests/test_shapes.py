@@ -263,7 +263,7 @@ def test_unknown_format_and_segments_value(tmp_path, capsys, tiny_model_dir):
     code, _, err = run_cli(["segment", p, "--format", "nope", "--model", tiny_model_dir], capsys)
     assert code == 2 and "--format must be one of processbench, prm800k" in err
     code, _, err = run_cli(["segment", p, "--segments", "many", "--model", tiny_model_dir], capsys)
-    assert code == 2 and "--segments must be a number or 'steps'" in err
+    assert code == 2 and "--segments must be a number, 'lines' or 'steps', got 'many'" in err
     flat = write_jsonl(tmp_path / "flat.jsonl", [{"prompt": PROBLEM, "response": GOOD}])
     with pytest.raises(UserError, match="--segments steps needs pre-split steps"):
         cotcredit.segment(flat, model=tiny_model_dir,
