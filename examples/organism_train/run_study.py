@@ -449,6 +449,12 @@ def main(argv: list[str] | None = None) -> None:
                 cfg = yaml.safe_load((run / "config.yaml").read_text())
                 rows += where_the_weight_goes(last_checkpoint(run), cfg, problems, chat=chat,
                                               arm=arm, n=args.weights_sample)
+        done = {r["arm"] for r in rows}
+        if (out / "weights.csv").is_file():
+            # Arms whose checkpoints are gone (runs keep them only while they are needed)
+            # keep the rows they were measured with; an arm measured again replaces its own.
+            kept = pd.read_csv(out / "weights.csv")
+            rows = kept[~kept.arm.isin(done)].to_dict("records") + rows
         if rows:
             frame = pd.DataFrame(rows)
             frame.to_csv(out / "weights.csv", index=False)
