@@ -189,3 +189,21 @@ def test_lines_cut_after_every_line_break_and_merge_nothing(encoded):
     assert SegmentOptions(segments=" lines ").validate().segments == "lines"
     with pytest.raises(UserError, match="'lines'"):
         SegmentOptions(segments="line").validate()
+
+
+def test_steps_snap_like_lines_and_reject_a_cut_inside_a_token(scorer: Scorer):
+    from cotcredit.segmentation import line_starts, step_segmentation
+
+    # steps at the line starts give the same segments as the per-line segmentation
+    starts = sorted({0, *line_starts(RESPONSE)})
+    spans = tuple(zip(starts, [*starts[1:], len(RESPONSE)]))
+    enc = scorer.encode(Trace("x", TRACE.prompt, RESPONSE, "17", steps=spans))
+    lines = segment_encoded(enc, scorer.forward(enc.ids, keep_cache=False).entropies,
+                            SegmentOptions(segments="lines").validate())
+    assert step_segmentation(enc).boundaries == lines.boundaries
+    # a step starting one character into a multi-character first token cannot be cut there
+    first_end = scorer.encode(TRACE).token_starts[1]
+    assert first_end >= 2
+    bad = Trace("x", TRACE.prompt, RESPONSE, "17", steps=((0, 1), (1, len(RESPONSE))))
+    with pytest.raises(UserError, match="step 1 starts inside the first token of step 0"):
+        step_segmentation(scorer.encode(bad))

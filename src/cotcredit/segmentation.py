@@ -159,23 +159,27 @@ def candidate_cuts(enc: EncodedTrace, keywords: tuple[str, ...]) -> list[int]:
     return token_cuts(enc, chars)
 
 
-def token_cuts(enc: EncodedTrace, chars: set[int]) -> list[int]:
-    """The reasoning-token indices (1..n-1) where segments starting at characters `chars`
-    begin: the token holding each character, moved back over tokens that continue a split
-    character; duplicates and the first token dropped."""
+def snapped_tokens(enc: EncodedTrace, chars: list[int]) -> list[int]:
+    """For each character offset in the ascending list `chars`, the reasoning-token index a
+    segment starting there begins at: the token holding the character, moved back over tokens
+    that continue a split character (the tokenizer cannot cut inside one)."""
     starts = enc.token_starts
-    cuts: set[int] = set()
+    out = []
     tok = 0
-    for c in sorted(chars):
-        # Snap back to the start of the token holding char c, then back over split characters.
+    for c in chars:
         while tok + 1 < enc.n_reasoning and starts[tok + 1] <= c:
             tok += 1
         t = tok
         while t > 0 and not enc.cuttable[t]:
             t -= 1
-        if 0 < t < enc.n_reasoning:
-            cuts.add(t)
-    return sorted(cuts)
+        out.append(t)
+    return out
+
+
+def token_cuts(enc: EncodedTrace, chars: set[int]) -> list[int]:
+    """The reasoning-token indices (1..n-1) where segments starting at characters `chars`
+    begin (`snapped_tokens`); duplicates and the first token dropped."""
+    return sorted({t for t in snapped_tokens(enc, sorted(chars)) if 0 < t < enc.n_reasoning})
 
 
 def token_entropies(enc: EncodedTrace, entropies: torch.Tensor) -> torch.Tensor:
@@ -212,18 +216,10 @@ def step_segmentation(enc: EncodedTrace, entropies: torch.Tensor | None = None) 
     if trace.steps is None:
         raise UserError(f"{trace.where}: --segments steps needs pre-split steps (a 'steps' field)")
     n = enc.n_reasoning
-    starts = enc.token_starts
-    end_char = starts[n]
+    end_char = enc.token_starts[n]
+    chars = [c for c, _ in trace.steps[1:] if c < end_char]
     bounds = [0]
-    tok = 0
-    for k, (c, _) in enumerate(trace.steps[1:], start=1):
-        if c >= end_char:
-            break
-        while tok + 1 < n and starts[tok + 1] <= c:
-            tok += 1
-        t = tok
-        while t > 0 and not enc.cuttable[t]:
-            t -= 1
+    for k, t in enumerate(snapped_tokens(enc, chars), start=1):
         if t <= bounds[-1]:
             raise UserError(f"{trace.where}: step {k} starts inside the first token of step "
                             f"{k - 1}: the tokenizer cannot cut between them")
