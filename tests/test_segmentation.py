@@ -11,8 +11,10 @@ from cotcredit.segmentation import (
     SegmentOptions,
     build_segmentation,
     candidate_cuts,
+    line_starts,
     segment_encoded,
     segmentation_from_rows,
+    step_segmentation,
 )
 from cotcredit.traces import Trace
 
@@ -192,8 +194,6 @@ def test_lines_cut_after_every_line_break_and_merge_nothing(encoded):
 
 
 def test_steps_snap_like_lines_and_reject_a_cut_inside_a_token(scorer: Scorer):
-    from cotcredit.segmentation import line_starts, step_segmentation
-
     # steps at the line starts give the same segments as the per-line segmentation
     starts = sorted({0, *line_starts(RESPONSE)})
     spans = tuple(zip(starts, [*starts[1:], len(RESPONSE)]))
