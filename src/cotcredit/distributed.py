@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import itertools
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -19,6 +20,7 @@ from typing import Any
 # Processes wait for the slowest one at the end of a run; with thousands of traces per process
 # that can be far longer than torch's default 10-minute collective timeout.
 WAIT_LIMIT = timedelta(hours=24)
+_GATHERS = itertools.count()
 
 
 def launched() -> bool:
@@ -56,12 +58,23 @@ class Processes:
             self.state.wait_for_everyone()
 
     def gather(self, obj: Any) -> list[Any]:
-        """`obj` of every process, in process order (on every process)."""
+        """`obj` of every process, in process order (on every process).
+
+        Through the process group's key-value store rather than a gloo collective: a collective
+        on tensors made in Python (`gather_object`) leaves gloo's worker thread to drop the last
+        reference to them after the call returns; when that falls into interpreter shutdown the
+        thread cannot take the GIL and the process aborts ("terminate called without an active
+        exception", seen on about one launch in twenty on a loaded 2-core machine)."""
         if self.count == 1:
             return [obj]
-        from accelerate.utils import gather_object
+        import pickle
 
-        return gather_object([obj])
+        import torch.distributed as dist
+
+        store = dist.distributed_c10d._get_default_store()
+        key = f"cotcredit/gather/{next(_GATHERS)}/"  # every process calls gather in one order
+        store.set(key + str(self.index), pickle.dumps(obj))
+        return [pickle.loads(store.get(key + str(i))) for i in range(self.count)]
 
 
 def processes() -> Processes:
@@ -76,8 +89,9 @@ def processes() -> Processes:
 
 
 def _close_group() -> None:
-    """Tear the process group down before the interpreter does: left to exit, gloo's threads
-    can abort a finished process ("terminate called without an active exception")."""
+    """Tear the process group down before the interpreter does. (Its threads outlive this when
+    another module still holds the group, e.g. `torch.distributed.nn`'s default arguments once
+    transformers imports it; `Processes.gather` is what keeps their exit safe.)"""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
