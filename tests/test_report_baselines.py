@@ -11,7 +11,7 @@ from score_tables import trace_rows
 from cotcredit.errors import UserError
 from cotcredit.report.baselines import baseline_scores, position_baseline
 from cotcredit.report.credit import value_credit
-from cotcredit.report.stats import correlate
+from cotcredit.report.stats import Resampler, correlate, mean_interval
 
 
 def value_tables(n_traces: int = 30, seed: int = 0, ks=(4,)) -> pd.DataFrame:
@@ -161,6 +161,24 @@ def test_paired_differences_equal_naive_per_trace_means():
                         for t in df["trace_id"].unique()
                         if np.ptp(rows_of(scores, "mc", t)["score"]) > 0])
     assert mean == pytest.approx(naive, abs=1e-12)
+
+
+def test_mean_interval_equals_a_naive_bootstrap_and_depends_on_its_values_alone():
+    rng = np.random.default_rng(5)
+    values = rng.normal(0.3, 1.0, 60)
+    values[[3, 17, 40]] = np.nan  # undefined on three traces: left out of every mean
+    mean, low, high = mean_interval(values, n_boot=400, seed=7)
+    assert mean == pytest.approx(np.nanmean(values), abs=1e-12)
+    # Naive: each resample's mean over the traces it drew (with multiplicity) that are defined.
+    counts = Resampler(len(values), 400, 7).counts()
+    defined = np.isfinite(values)
+    naive = [np.repeat(values[defined], c[defined]).mean() for c in counts]
+    assert (low, high) == pytest.approx(tuple(np.percentile(naive, [2.5, 97.5])), abs=1e-12)
+    assert low < mean < high
+    # The same call gives the same interval whatever was drawn before it (no shared stream).
+    mean_interval(rng.normal(size=60), n_boot=400, seed=7)
+    assert mean_interval(values, n_boot=400, seed=7) == (mean, low, high)
+    assert np.isnan(mean_interval([np.nan, np.nan])[0])
 
 
 def test_compare_checks_report_options_before_running_anything(tmp_path):

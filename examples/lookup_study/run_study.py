@@ -135,18 +135,15 @@ def method_pairs(out: Path, labels, boot: int, skip: tuple[str, ...] = ()) -> pd
     import numpy as np
 
     _, hits, scored = org.localization_hits(out, labels, skip=skip)
-    rng = np.random.default_rng(0)
     rows = []
     for a, b in PAIRS:
         if a not in hits or b not in hits:
             continue
         both = scored[a] & scored[b]
-        d = (hits[a] - hits[b])[both]
-        means = d[rng.integers(0, len(d), size=(boot, len(d)))].mean(axis=1)
+        d, low, high = org.mean_interval(np.where(both, hits[a] - hits[b], np.nan), boot)
         rows.append({"method": a, "minus": b, "traces": int(both.sum()),
-                     "difference": round(float(d.mean()), 3),
-                     "ci_low": round(float(np.quantile(means, 0.025)), 3),
-                     "ci_high": round(float(np.quantile(means, 0.975)), 3)})
+                     "difference": round(d, 3), "ci_low": round(low, 3),
+                     "ci_high": round(high, 3)})
     table = pd.DataFrame(rows)
     (out / "pairs.md").write_text(
         "Top-1 localization, one method minus another, paired over the traces both scored "

@@ -75,6 +75,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cotcredit.report.stats import mean_interval
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 REGIMES = ("full", "early")
@@ -122,14 +124,10 @@ def run_segmentation(org, study: Path, out: Path, k: int, model: str, mc_traces:
                             str(boot), "--overwrite", "-q"], log, always=True)
 
 
-def paired(a: np.ndarray, b: np.ndarray, rng: np.random.Generator, boot: int) -> tuple:
-    """Mean of a − b over traces and its 95% percentile-bootstrap interval."""
-    d = a - b
-    if not len(d):
-        return float("nan"), float("nan"), float("nan")
-    idx = rng.integers(0, len(d), size=(boot, len(d)))
-    means = d[idx].mean(axis=1)
-    return float(d.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+def paired(a: np.ndarray, b: np.ndarray, seed: int, boot: int) -> tuple:
+    """Mean of a − b over traces and its 95% percentile-bootstrap interval (its own resamples
+    from `seed`, whatever rows were computed before)."""
+    return mean_interval(np.asarray(a, float) - np.asarray(b, float), boot, seed)
 
 
 def compare_segmentations(org, study: Path, out: Path, boot: int, seed: int = 0) -> pd.DataFrame:
@@ -150,7 +148,6 @@ def compare_segmentations(org, study: Path, out: Path, boot: int, seed: int = 0)
         at = [ids.index(t) for t in common]
         runs[name] = (common, {k: v[at] for k, v in hits.items()},
                       {k: v[at] for k, v in scored.items()})
-    rng = np.random.default_rng(seed)
     rows = []
     for name, (_, hits, scored) in runs.items():
         baselines = {k: v for k, v in hits.items() if k.startswith("baseline")}
@@ -166,11 +163,11 @@ def compare_segmentations(org, study: Path, out: Path, boot: int, seed: int = 0)
                    "top1": round(float(h.mean()), 3),
                    "best_baseline": best.removeprefix("baseline: "),
                    "baseline_top1": round(float(baselines[best][keep].mean()), 3)}
-            d, lo, hi = paired(h, baselines[best][keep], rng, boot)
+            d, lo, hi = paired(h, baselines[best][keep], seed, boot)
             row.update(minus_baseline=round(d, 3), minus_baseline_low=round(lo, 3),
                        minus_baseline_high=round(hi, 3))
             if name != "steps":
-                d, lo, hi = paired(h, runs["steps"][1][method][keep], rng, boot)
+                d, lo, hi = paired(h, runs["steps"][1][method][keep], seed, boot)
                 row.update(minus_steps=round(d, 3), minus_steps_low=round(lo, 3),
                            minus_steps_high=round(hi, 3))
             rows.append(row)
@@ -235,7 +232,6 @@ def mc_agreement(study: Path, out: Path, boot: int, seed: int = 0) -> pd.DataFra
             for f in folders.values()]
     traces = sorted(set.intersection(*done))
     per = {name: per_trace_agreement(f, traces, boot) for name, f in folders.items()}
-    rng = np.random.default_rng(seed)
     rows = []
     for name, table in per.items():
         shared, differ = shared_boundaries(study, folders[name], traces) if name != "steps" \
@@ -247,15 +243,15 @@ def mc_agreement(study: Path, out: Path, boot: int, seed: int = 0) -> pd.DataFra
             x = table.loc[keep, method].to_numpy()
             if not len(x):
                 continue
-            mean = paired(x, np.zeros_like(x), rng, boot)
+            mean = paired(x, np.zeros_like(x), seed, boot)
             row = {"segmentation": name, "method": method, "traces": len(x),
                    "spearman": mean[0], "low": mean[1], "high": mean[2],
                    "shared_boundaries": shared, "differing_counts": differ}
             if method != "position":
-                d = paired(x, table.loc[keep, "position"].to_numpy(), rng, boot)
+                d = paired(x, table.loc[keep, "position"].to_numpy(), seed, boot)
                 row.update(minus_baseline=d[0], minus_baseline_low=d[1], minus_baseline_high=d[2])
             if name != "steps":
-                d = paired(x, per["steps"][method].reindex(table.index)[keep].to_numpy(), rng,
+                d = paired(x, per["steps"][method].reindex(table.index)[keep].to_numpy(), seed,
                            boot)
                 row.update(minus_steps=d[0], minus_steps_low=d[1], minus_steps_high=d[2])
             rows.append(row)

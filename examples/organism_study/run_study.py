@@ -56,6 +56,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cotcredit.report.stats import mean_interval
 from cotcredit.traces import reasoning_end
 
 HERE = Path(__file__).resolve().parent
@@ -218,27 +219,24 @@ def localization_hits(out: Path, labels: pd.DataFrame, segments: Path | None = N
 def localization(out: Path, labels: pd.DataFrame, seed: int = 0, boot: int = 2000,
                  skip: tuple[str, ...] = ()) -> pd.DataFrame:
     """Top-1 localization of the first wrong step per method and text-free baseline, with
-    bootstrap CIs and each method's paired difference from the best baseline."""
+    bootstrap CIs and each method's paired difference from the best baseline. Every row's
+    interval comes from the same resamples of the traces (`mean_interval`, one seed), so a row's
+    CI depends on its own hits alone, not on the rows before it."""
     ids, hits, scored = localization_hits(out, labels, skip=skip)
-    rng = np.random.default_rng(seed)
     best = max((k for k in hits if k.startswith("baseline")), key=lambda k: hits[k].mean())
     rows = []
     for method, h in hits.items():
         # A method that scored only some traces (a run stopped early, MC on a subset) is
         # compared with the baseline on those traces only, paired.
         keep = scored.get(method, np.ones(len(ids), bool))
-        h, base = h[keep], hits[best][keep]
-        n = len(h)
-        idx = rng.integers(0, n, size=(boot, n)) if n else np.zeros((boot, 0), int)
-        means = h[idx].mean(axis=1) if n else np.array([np.nan])
-        diff = (h - base)[idx].mean(axis=1) if n else np.array([np.nan])
+        mine = np.where(keep, h, np.nan)
+        mean, low, high = mean_interval(mine, boot, seed)
+        diff, diff_low, diff_high = mean_interval(mine - hits[best], boot, seed)
         rows.append({
-            "method": method, "traces": n, "hit_rate": round(float(h.mean()), 3),
-            "ci_low": round(float(np.quantile(means, 0.025)), 3),
-            "ci_high": round(float(np.quantile(means, 0.975)), 3),
-            "minus_best_baseline": round(float((h - base).mean()), 3),
-            "diff_ci_low": round(float(np.quantile(diff, 0.025)), 3),
-            "diff_ci_high": round(float(np.quantile(diff, 0.975)), 3),
+            "method": method, "traces": int(keep.sum()), "hit_rate": round(mean, 3),
+            "ci_low": round(low, 3), "ci_high": round(high, 3),
+            "minus_best_baseline": round(diff, 3),
+            "diff_ci_low": round(diff_low, 3), "diff_ci_high": round(diff_high, 3),
         })
     table = pd.DataFrame(rows)
     table.to_csv(out / "localization.csv", index=False)

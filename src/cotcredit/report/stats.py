@@ -257,6 +257,20 @@ def percentile_interval(boot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return low, high
 
 
+def mean_interval(values: Sequence[float] | np.ndarray, n_boot: int = 2000,
+                  seed: int = 0) -> tuple[float, float, float]:
+    """Mean of per-trace ``values`` (NaN = undefined, left out) and its 95% percentile-bootstrap
+    interval, from ``Resampler(len(values), n_boot, seed)``: it depends on these values and the
+    seed alone, never on which statistics were computed before it, and two columns of equal
+    length see the same resamples (pass a paired difference ``a - b`` for a paired interval)."""
+    values = np.asarray(values, dtype="float64")
+    defined = values[np.isfinite(values)]
+    if not len(defined):
+        return float("nan"), float("nan"), float("nan")
+    low, high = Resampler(len(values), n_boot, seed).intervals(values)
+    return float(defined.mean()), float(low[0]), float(high[0])
+
+
 def bootstrap_p(boot: np.ndarray) -> np.ndarray:
     """Two-sided bootstrap p of each column's mean being 0: twice the smaller fraction of
     resampled values on either side of 0 (at most 1; NaN without resamples)."""
