@@ -186,3 +186,29 @@ def test_attention_without_masks_switches_to_sdpa_for_packed_passes(tokenizer):
         scorer.model.config._attn_implementation = "sdpa"
     assert again == pytest.approx(reference, abs=1e-5)
     assert any("sdpa" in n for n in scorer.notes)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_rows_leaving_the_batch_change_no_rollout(family, tokenizer, monkeypatch):
+    """Finished rows leave the batch (and its KV cache) between decoding chunks: every sampled
+    completion equals the one decoded in a single `generate` call with all rows kept, on every
+    family, sliding-window caches past their window included."""
+    from cotcredit import sampling
+
+    scorer = _scorer(family, tokenizer)
+    gen = sampling.HFGenerator(scorer.model, tokenizer)
+    # A fifth of the vocabulary ends a completion, so rows stop at many different steps.
+    gen.stop_ids = sorted(set(gen.stop_ids) | set(range(3, len(tokenizer), 5)))
+    prompts = [tokenizer(t)["input_ids"] for t in
+               ("Apples cost 5 dollars and oranges 7.", "So 5 + 7 = 12, and then", "Hi")]
+    opts = sampling.SamplingOptions(n=6, temperature=1.0, max_new_tokens=40, seed=3)
+
+    def run(chunk: int):
+        monkeypatch.setattr(sampling, "_DECODE_CHUNK", chunk)
+        return [[(c.token_ids, c.finish_reason) for c in cs] for cs in gen.generate(prompts, opts)]
+
+    chunked, whole = run(4), run(10_000)
+    assert chunked == whole
+    lengths = [len(t) for cs in whole for t, _ in cs]
+    # Rows stopped in different chunks while others went on: the drop path really ran.
+    assert len({n // 4 for n in lengths}) >= 3, lengths

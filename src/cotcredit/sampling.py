@@ -9,7 +9,9 @@ Backends
 - `hf` (default; CPU and GPU): the scorer's own model (no second copy) through transformers
   `generate`, many prompts x n samples per call, left padding with an attention mask, KV cache.
   A prompt's n samples share one prefill: the prompt is run once and its KV cache is copied to
-  the n rows. Rows are sorted by length so a batch holds similar lengths. Batch size automatic
+  the n rows. Decoding runs in chunks of 16 tokens; between chunks the rows that stopped leave
+  the batch and the KV cache (`generate` alone keeps them decoding padding until the longest
+  row ends). Rows are sorted by length so a batch holds similar lengths. Batch size automatic
   (from free memory and the KV cache size) or fixed; on out-of-memory the batch is halved and
   retried, and the smaller size is kept for later batches.
 - `vllm` (`pip install vllm`, CUDA): `LLM(model=<the scorer's model folder>,
@@ -50,6 +52,9 @@ BACKENDS = ("hf", "vllm")
 _STOP_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>")
 _CPU_MAX_BATCH = 32  # rows per generate call on CPU (throughput flattens beyond; see benchmarks)
 _GPU_MAX_BATCH = 512
+# Tokens decoded per `generate` call before finished rows leave the batch: a finished row
+# idles at most this many steps, and each call's fixed cost stays small beside its decoding.
+_DECODE_CHUNK = 16
 
 
 @dataclass(frozen=True)
@@ -406,7 +411,7 @@ class HFGenerator:
         config = GenerationConfig(
             do_sample=False, max_new_tokens=options.max_new_tokens, eos_token_id=self.stop_ids,
             pad_token_id=self.pad_id, bos_token_id=self.tokenizer.bos_token_id, use_cache=True,
-            num_beams=1, return_dict_in_generate=False,
+            num_beams=1, return_dict_in_generate=True,
         )
         processors = LogitsProcessorList()
         if not greedy:
@@ -433,19 +438,61 @@ class HFGenerator:
             eos_token_id=self.stop_ids, pad_token_id=self.pad_id,
             bos_token_id=self.tokenizer.bos_token_id)
         try:
-            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
-                                      logits_processor=processors, **kwargs)
+            gen = self._decode(ids, mask, config, processors, options.max_new_tokens,
+                               kwargs.get("cache"))
         finally:
             self.model.generation_config = saved
-        gen = out[:, ids.shape[1]:].tolist()
-        stops = set(self.stop_ids)
         completions = []
-        for seq, g in zip(seqs, gen, strict=True):
-            end = next((t for t, tok in enumerate(g) if tok in stops), None)
-            toks = g if end is None else g[:end]
-            reason = "stop" if end is not None else "length"
+        for seq, (toks, stopped) in zip(seqs, gen, strict=True):
+            reason = "stop" if stopped else "length"
             completions.append(Completion(toks, decode_continuation(self.tokenizer, seq, toks), reason))
         return completions
+
+    def _decode(self, ids, mask, config, processors, max_new_tokens: int, cache
+                ) -> list[tuple[list[int], bool]]:
+        """(generated ids without the stop token, whether a stop token ended them) per row.
+
+        `generate` keeps a finished row in the batch, decoding padding, until the longest row
+        ends; so decoding runs in chunks of `_DECODE_CHUNK` tokens and rows that stopped leave
+        the batch (and the KV cache) between chunks. A row's tokens do not change: its random
+        stream advances one draw per token it decodes, whichever rows share its batch."""
+        import torch
+
+        stops = set(self.stop_ids)
+        rows = list(range(ids.shape[0]))  # the original row of each row still decoding
+        tokens: list[list[int]] = [[] for _ in rows]
+        stopped = [False] * len(rows)
+        sampler = processors[0] if len(processors) else None
+        left = max_new_tokens
+        while left > 0:
+            config.max_new_tokens = min(_DECODE_CHUNK, left)
+            extra = {"cache": cache} if cache is not None else {}
+            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
+                                      logits_processor=processors, **extra)
+            new = out.sequences[:, ids.shape[1]:]
+            left -= new.shape[1]
+            keep = []  # positions in this batch of the rows still decoding
+            for k, (r, g) in enumerate(zip(rows, new.tolist(), strict=True)):
+                end = next((t for t, tok in enumerate(g) if tok in stops), None)
+                tokens[r].extend(g if end is None else g[:end])
+                stopped[r] = end is not None
+                if end is None:
+                    keep.append(k)
+            if not keep or left <= 0:
+                break
+            cache = out.cache
+            if len(keep) < len(rows):
+                index = torch.tensor(keep, device=ids.device)
+                cache.reorder_cache(index)
+                if sampler is not None:
+                    sampler.rngs = [sampler.rngs[k] for k in keep]
+                rows = [rows[k] for k in keep]
+            else:
+                index = None
+            ids = out.sequences if index is None else out.sequences[index]
+            grown = torch.ones_like(new) if index is None else torch.ones_like(new[index])
+            mask = torch.cat([mask if index is None else mask[index], grown], dim=1)
+        return list(zip(tokens, stopped, strict=True))
 
 
 # ---- vLLM backend --------------------------------------------------------------------------
