@@ -144,3 +144,16 @@ def test_weights_markdown_counts_penalties_on_the_first_wrong_step():
                      "error_line": 0})
     text = study.weights_markdown(pd.DataFrame(rows))
     assert "| rredcot | 2 | 1/2 | 0.58 | 0.50–1.75 | 1.50 / 0.50 |" in text
+
+
+def test_paired_hits_count_the_completions_where_only_one_arm_hits():
+    """Three wrong completions (first wrong step on line 2 = segment 1) weighed by two arms:
+    both hit on p, only the variant on q and r. Discordant 2 vs 0: exact McNemar p = 0.5."""
+    study = _study()
+    heaviest = {"twin": {"p": 1, "q": 2, "r": 0}, "twin-nocorr": {"p": 1, "q": 1, "r": 1}}
+    rows = [{"arm": arm, "problem": problem, "correct": False, "segment": k,
+             "first_char": 10 * k, "line": k + 1, "weight": 2.0 if k == top else 0.5,
+             "error_char": 10, "error_line": 2}
+            for arm, tops in heaviest.items() for problem, top in tops.items() for k in range(3)]
+    text = study.paired_hits_markdown(pd.DataFrame(rows), [("twin-nocorr", "twin")])
+    assert "| twin-nocorr | twin | 3 | 3 | 1 | 2 | 0 | 0.5 |" in text

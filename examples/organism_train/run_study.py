@@ -49,6 +49,17 @@ changed. The protocol is fixed here, before any result was seen:
   completions of each rredcot arm's final checkpoint (seed 0), the weight of each segment next
   to the checker's first-error step (cotcredit.organism.checker), and weights.md: how often a
   wrong completion's largest penalty share lands on the segment holding its first wrong step.
+- Amendment 2 (2026-12-02, written before it ran; weights only, no training): does the terminal
+  correction mask where v̂ puts the penalty? rredcot-vhat-lines' heaviest penalty never landed
+  on the first wrong step at its final checkpoint (0/18), mostly on the last segment, which
+  takes in ζ − g_K. ``--weights-at-start`` also weighs, on the same completions of the
+  starting model, two variants that are never trained (WEIGHT_VARIANTS): rredcot-vhat and
+  rredcot-vhat-lines with ``terminal_in_weights: false``. Measure: wrong completions whose
+  heaviest penalty lands on the first wrong step, against chance, each variant paired with its
+  trained twin on the same completions (exact McNemar-style count of completions where only one
+  hits). Prediction: if the correction masks v̂, the ``-nocorr`` twins hit far more often
+  (towards v̂'s top-1 localization on steps, 0.69 on this checkpoint); if not, both stay near
+  chance. Either way the training arms are not rerun here.
 """
 
 from __future__ import annotations
@@ -89,6 +100,12 @@ ARMS: dict[str, tuple[str, dict]] = {
     # Added 2026-12-02 after the segmentation study (v̂ needs step segments) and after
     # rredcot-vhat's result; exploratory.
     "rredcot-vhat-lines": ("rredcot", {"value": "both", "segments": "lines"}),
+}
+# Amendment 2: weighed at the starting model only (`--weights-at-start`), never trained.
+WEIGHT_VARIANTS: dict[str, tuple[str, dict]] = {
+    "rredcot-vhat-nocorr": ("rredcot", {"value": "both", "terminal_in_weights": False}),
+    "rredcot-vhat-lines-nocorr": ("rredcot", {"value": "both", "segments": "lines",
+                                              "terminal_in_weights": False}),
 }
 
 
@@ -299,10 +316,26 @@ def where_the_weight_goes(model_dir: Path, cfg: dict, problems, *, chat: bool, a
     return rows
 
 
+def heaviest_penalty_hits(rows) -> dict[str, tuple[bool, float]]:
+    """Per wrong completion with a wrong step (problem id): whether its heaviest-penalised
+    segment touches the first wrong step (the segment holding the wrong line's first character
+    or one starting on that line: a line can span segments; its wrong result is at its end),
+    and the chance of that for a random segment."""
+    out = {}
+    for problem, c in rows[(~rows.correct) & (rows.error_char >= 0)].groupby("problem"):
+        c = c.dropna(subset=["weight"]).sort_values("first_char")
+        if c.empty:
+            continue
+        holder = c[c.first_char <= c.error_char.iloc[0]]
+        targets = set(c.segment[c.line == c.error_line.iloc[0]])
+        targets.add(holder.segment.iloc[-1] if len(holder) else c.segment.iloc[0])
+        out[problem] = (c.loc[c.weight.idxmax(), "segment"] in targets, len(targets) / len(c))
+    return out
+
+
 def weights_markdown(frame) -> str:
-    """How often a wrong completion's heaviest-penalised segment touches its first wrong step:
-    the segment holding the wrong line's first character or one starting on that line (a line
-    can span segments; its wrong result is at its end). Chance: those segments / all."""
+    """How often a wrong completion's heaviest-penalised segment touches its first wrong step
+    (`heaviest_penalty_hits`). Chance: those segments / all."""
     lines = ["| arm | wrong completions with a wrong step | heaviest penalty on the first "
              "wrong step | chance | penalty weights, min–max (mean over completions) | "
              "correct: last segment's weight / others' |", "|---|---|---|---|---|---|"]
@@ -311,22 +344,34 @@ def weights_markdown(frame) -> str:
     for arm, rows in frame.groupby("arm"):
         wrong = rows[~rows.correct].groupby("problem").weight
         right = rows[rows.correct]
-        hits, total, chance = 0, 0, 0.0
-        for _, c in rows[(~rows.correct) & (rows.error_char >= 0)].groupby("problem"):
-            c = c.dropna(subset=["weight"]).sort_values("first_char")
-            if c.empty:
-                continue
-            holder = c[c.first_char <= c.error_char.iloc[0]]
-            targets = set(c.segment[c.line == c.error_line.iloc[0]])
-            targets.add(holder.segment.iloc[-1] if len(holder) else c.segment.iloc[0])
-            hits += int(c.loc[c.weight.idxmax(), "segment"] in targets)
-            total += 1
-            chance += len(targets) / len(c)
-        lines.append(f"| {arm} | {total} | {hits}/{total} | "
-                     f"{chance / total if total else math.nan:.2f} | "
+        hits = heaviest_penalty_hits(rows)
+        total = len(hits)
+        chance = sum(c for _, c in hits.values()) / total if total else math.nan
+        lines.append(f"| {arm} | {total} | {sum(h for h, _ in hits.values())}/{total} | "
+                     f"{chance:.2f} | "
                      f"{wrong.min().mean():.2f}–{wrong.max().mean():.2f} | "
                      f"{right[right['last']].weight.mean():.2f} / "
                      f"{right[~right['last']].weight.mean():.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def paired_hits_markdown(frame, pairs: list[tuple[str, str]]) -> str:
+    """Amendment 2: each weights-only variant against its trained twin on the same wrong
+    completions: hits of both, and the completions where only one hits, with the exact
+    two-sided binomial p of those discordant counts (McNemar's exact test)."""
+    from scipy.stats import binomtest
+
+    lines = ["| variant | twin | completions | variant hits | twin hits | only variant | "
+             "only twin | exact McNemar p |", "|---|---|---|---|---|---|---|---|"]
+    for a, b in pairs:
+        ha = heaviest_penalty_hits(frame[frame.arm == a])
+        hb = heaviest_penalty_hits(frame[frame.arm == b])
+        both = sorted(set(ha) & set(hb))
+        only_a = sum(ha[p][0] and not hb[p][0] for p in both)
+        only_b = sum(hb[p][0] and not ha[p][0] for p in both)
+        pval = binomtest(only_a, only_a + only_b).pvalue if only_a + only_b else 1.0
+        lines.append(f"| {a} | {b} | {len(both)} | {sum(ha[p][0] for p in both)} | "
+                     f"{sum(hb[p][0] for p in both)} | {only_a} | {only_b} | {pval:.3g} |")
     return "\n".join(lines) + "\n"
 
 
@@ -341,8 +386,9 @@ def weights_at_start(args, out: Path, held_out: Path) -> None:
     base = yaml.safe_load(args.config.read_text())
     model = Path(args.model) if args.model else ROOT / base["model"]
     rows = []
-    for arm in [a for a in args.arms if ARMS[a][0] == "rredcot"]:
-        cfg = {**base, "seed": 0, "rredcot": {**base.get("rredcot", {}), **ARMS[arm][1]}}
+    arms = {a: ARMS[a] for a in args.arms if ARMS[a][0] == "rredcot"} | WEIGHT_VARIANTS
+    for arm, (_, options) in arms.items():
+        cfg = {**base, "seed": 0, "rredcot": {**base.get("rredcot", {}), **options}}
         rows += where_the_weight_goes(model, cfg, problems, chat=bool(base.get("chat_template", True)),
                                       arm=arm, n=args.weights_sample)
     frame = pd.DataFrame(rows)
@@ -350,6 +396,12 @@ def weights_at_start(args, out: Path, held_out: Path) -> None:
     text = (f"Where the weight goes at the starting model ({model.name}), {args.weights_sample} "
             "held-out problems, one completion each (temperature 1, seed 0):\n\n"
             + weights_markdown(frame))
+    pairs = [(v, v.removesuffix("-nocorr")) for v in WEIGHT_VARIANTS
+             if v.removesuffix("-nocorr") in arms]
+    if pairs:
+        text += ("\nAmendment 2: the same completions weighed without the terminal correction "
+                 "(never trained) against the trained arm's weights:\n\n"
+                 + paired_hits_markdown(frame, pairs))
     (out / "weights_start.md").write_text(text)
     print(text)
 
