@@ -157,3 +157,24 @@ def test_paired_hits_count_the_completions_where_only_one_arm_hits():
             for arm, tops in heaviest.items() for problem, top in tops.items() for k in range(3)]
     text = study.paired_hits_markdown(pd.DataFrame(rows), [("twin-nocorr", "twin")])
     assert "| twin-nocorr | twin | 3 | 3 | 1 | 2 | 0 | 0.5 |" in text
+
+
+def test_weights_of_a_vhat_arm_use_the_reference_solution():
+    """The weights analysis scores each completion with its problem's reference solution, as
+    training does: R̂ + v̂ rewards differ from R̂ alone's on the same completions (without the
+    solution v̂ falls back to R̂ and the two arms' tables were identical)."""
+    from cotcredit.training.run import _problems
+
+    study = _study()
+    problems = list(_problems(ROOT / "examples" / "organism_train" / "study" /
+                              "eval_problems.jsonl"))
+    model = ROOT / "examples" / "organism" / "model-early"
+    base = {"seed": 0, "rredcot": {"segments": "lines", "exit_string": "The answer is "}}
+    frames = {}
+    for value in ("rhat", "both"):
+        cfg = {**base, "rredcot": {**base["rredcot"], "value": value}}
+        frames[value] = pd.DataFrame(study.where_the_weight_goes(
+            model, cfg, problems, chat=True, arm=value, n=6))
+    rhat, both = frames["rhat"], frames["both"]
+    assert list(rhat.problem) == list(both.problem) and len(rhat)  # same completions, segments
+    assert (rhat.reward - both.reward).abs().max() > 1e-3

@@ -60,6 +60,12 @@ changed. The protocol is fixed here, before any result was seen:
   hits). Prediction: if the correction masks v̂, the ``-nocorr`` twins hit far more often
   (towards v̂'s top-1 localization on steps, 0.69 on this checkpoint); if not, both stay near
   chance. Either way the training arms are not rerun here.
+  Found when it ran (recorded after): the weights analysis had passed no reference solution, so
+  for the v̂ arms it weighed with R̂ alone (v̂'s fallback); training passed it. With the
+  solution, rredcot-vhat-lines hits 20/24 at the starting model and so does its -nocorr twin
+  (0 discordant): the correction masks nothing, and the 0/18 above was R̂'s. The two v̂ arms'
+  seed-0 runs were retrained (every held-out evaluation and greedy accuracy identical to the
+  study's runs) to weigh their final checkpoints again: 13/18 on lines, 3/16 on 8 segments.
 """
 
 from __future__ import annotations
@@ -290,7 +296,9 @@ def where_the_weight_goes(model_dir: Path, cfg: dict, problems, *, chat: bool, a
             text = c[0].text
             c_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             check = check_response(parse_prompt(p.prompt), text)
-            result = fn(p_ids, c_ids, example={"prompt": p.prompt, "answer": p.answer})
+            # The reference solution too: without it v̂ falls back to R̂ alone.
+            result = fn(p_ids, c_ids, example={"prompt": p.prompt, "answer": p.answer,
+                                               "solution": p.solution})
             if result is None:
                 continue
             rewards, spans = result
