@@ -195,3 +195,20 @@ def test_out_of_memory_halves_the_batch_with_the_same_numbers(scorer):
     assert sizes[0] == 6 and max(sizes[1:]) <= 3 and 2 in sizes
     for x, y in zip(ref, got):
         assert x.spans == y.spans and np.allclose(x.rewards, y.rewards, atol=1e-5, rtol=0)
+
+
+def test_value_both_without_a_solution_warns_once_and_counts(scorer):
+    """A completion without a reference solution gets R̂ alone under value 'both': the caller is
+    told once and every such completion is counted (a trainer that forgot to pass solutions
+    would otherwise train on R̂ credit it believes is R̂ + v̂)."""
+    options = RredcotOptions(value="both", sum_to="advantage")
+    online = OnlineRredcot(scorer.model, scorer.tokenizer, options, segments=3)
+    p, c, a, s = batch(scorer)
+    with pytest.warns(UserWarning, match="without a reference solution") as caught:
+        online(p, c, a, [None] * len(p))
+        online(p, c, a, [None] * len(p))
+    assert len([w for w in caught if "reference solution" in str(w.message)]) == 1
+    assert online.without_solution == 2 * len(p)
+    fresh = OnlineRredcot(scorer.model, scorer.tokenizer, options, segments=3)
+    fresh(p, c, a, s)  # SOLUTIONS has one None in three
+    assert fresh.without_solution == sum(x is None for x in s)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -188,6 +189,10 @@ class OnlineRredcot:
         self.max_batch_tokens = max_batch_tokens
         self.name = name
         self._scorer: Scorer | None = None
+        # Completions scored with value 'both' that had no reference solution: their g is R̂
+        # alone (v̂ needs the solution). Warned once, counted always: a caller that forgets to
+        # pass solutions would otherwise get R̂ credit labelled as R̂ + v̂.
+        self.without_solution = 0
         # Rows of the last call skipped because a probe could not be built (on_unscorable
         # "skip"): {row: message}. Rows without reasoning are skipped silently.
         self.last_errors: dict[int, str] = {}
@@ -288,6 +293,14 @@ class OnlineRredcot:
                       solution=solution or None)
         if self.options.value == "vhat" and trace.solution is None:
             raise CompletionError("value 'vhat' needs a reference solution", i)
+        if self.options.value == "both" and trace.solution is None:
+            if not self.without_solution:
+                warnings.warn(
+                    "value 'both' without a reference solution: such completions get g from "
+                    "R̂ alone (pass solutions=... for v̂; count in .without_solution)",
+                    stacklevel=3,
+                )
+            self.without_solution += 1
         try:
             enc = scorer.encode_completion(
                 trace, p_ids, c_ids, reserve=rredcot_reserve(scorer, trace, self.options)
