@@ -58,23 +58,27 @@ class Processes:
             self.state.wait_for_everyone()
 
     def gather(self, obj: Any) -> list[Any]:
-        """`obj` of every process, in process order (on every process).
+        """`obj` of every process, in process order (on every process): `gather_objects`."""
+        return [obj] if self.count == 1 else gather_objects(obj, self.index, self.count)
 
-        Through the process group's key-value store rather than a gloo collective: a collective
-        on tensors made in Python (`gather_object`) leaves gloo's worker thread to drop the last
-        reference to them after the call returns; when that falls into interpreter shutdown the
-        thread cannot take the GIL and the process aborts ("terminate called without an active
-        exception", seen on about one launch in twenty on a loaded 2-core machine)."""
-        if self.count == 1:
-            return [obj]
-        import pickle
 
-        import torch.distributed as dist
+def gather_objects(obj: Any, index: int, count: int) -> list[Any]:
+    """`obj` of each of the `count` processes of the initialised process group, in process
+    order, on every process (each must call this in the same order).
 
-        store = dist.distributed_c10d._get_default_store()
-        key = f"cotcredit/gather/{next(_GATHERS)}/"  # every process calls gather in one order
-        store.set(key + str(self.index), pickle.dumps(obj))
-        return [pickle.loads(store.get(key + str(i))) for i in range(self.count)]
+    Through the group's key-value store rather than a gloo collective: a collective on tensors
+    made in Python (`gather_object`) leaves gloo's worker thread to drop the last reference to
+    them after the call returns; when that falls into interpreter shutdown the thread cannot
+    take the GIL and the process aborts ("terminate called without an active exception", seen
+    on about one launch in fifteen on a loaded 2-core machine)."""
+    import pickle
+
+    import torch.distributed as dist
+
+    store = dist.distributed_c10d._get_default_store()
+    key = f"cotcredit/gather/{next(_GATHERS)}/"
+    store.set(key + str(index), pickle.dumps(obj))
+    return [pickle.loads(store.get(key + str(i))) for i in range(count)]
 
 
 def processes() -> Processes:

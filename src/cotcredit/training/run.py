@@ -40,6 +40,7 @@ from pathlib import Path
 
 import yaml
 
+from cotcredit import distributed
 from cotcredit.encoding import rendered_by_template
 from cotcredit.errors import UserError
 from cotcredit.training.config import TrainConfig, load_config, lora_config, to_grpo_config
@@ -187,7 +188,6 @@ def _eval_options(cfg: TrainConfig, args):
 def evaluate(trainer, problems, prompts: list[list[int]], options) -> tuple[dict, list[dict]]:
     """Accuracy of the trainer's current model on ``problems`` (split over processes)."""
     import torch
-    from accelerate.utils import gather_object
     from trl.models.utils import unwrap_model_for_generation
 
     from cotcredit.grading import grade_completion
@@ -220,7 +220,8 @@ def evaluate(trainer, problems, prompts: list[list[int]], options) -> tuple[dict
                 }
             )
     if acc.num_processes > 1:
-        rows = gather_object(rows)
+        every = distributed.gather_objects(rows, acc.process_index, acc.num_processes)
+        rows = [row for part in every for row in part]
     n = len(rows)
     right = sum(r["correct"] for r in rows)
     summary = {
