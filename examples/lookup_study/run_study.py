@@ -66,6 +66,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from cotcredit.report.stats import mean_interval
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 EXIT = "The answer is "
@@ -140,7 +142,7 @@ def method_pairs(out: Path, labels, boot: int, skip: tuple[str, ...] = ()) -> pd
         if a not in hits or b not in hits:
             continue
         both = scored[a] & scored[b]
-        d, low, high = org.mean_interval(np.where(both, hits[a] - hits[b], np.nan), boot)
+        d, low, high = mean_interval(np.where(both, hits[a] - hits[b], np.nan), boot)
         rows.append({"method": a, "minus": b, "traces": int(both.sum()),
                      "difference": round(d, 3), "ci_low": round(low, 3),
                      "ci_high": round(high, 3)})

@@ -95,7 +95,7 @@ def processes() -> Processes:
 def _close_group() -> None:
     """Tear the process group down before the interpreter does. (Its threads outlive this when
     another module still holds the group, e.g. `torch.distributed.nn`'s default arguments once
-    transformers imports it; `Processes.gather` is what keeps their exit safe.)"""
+    transformers imports it; `gather_objects` is what keeps their exit safe.)"""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

@@ -482,16 +482,12 @@ class HFGenerator:
                 break
             cache = out.cache
             if len(keep) < len(rows):
-                index = torch.tensor(keep, device=ids.device)
-                cache.reorder_cache(index)
+                cache.reorder_cache(torch.tensor(keep, device=ids.device))
                 if sampler is not None:
                     sampler.rngs = [sampler.rngs[k] for k in keep]
                 rows = [rows[k] for k in keep]
-            else:
-                index = None
-            ids = out.sequences if index is None else out.sequences[index]
-            grown = torch.ones_like(new) if index is None else torch.ones_like(new[index])
-            mask = torch.cat([mask if index is None else mask[index], grown], dim=1)
+            ids = out.sequences[keep]
+            mask = torch.cat([mask, torch.ones_like(new)], dim=1)[keep]
         return list(zip(tokens, stopped, strict=True))
 
 
