@@ -39,13 +39,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from cotcredit.forcing import ForcingOptions, answer_forcing  # noqa: E402
+from cotcredit.data.trace import Trace
+from cotcredit.data.traces import read_traces
 from cotcredit.lm import ModelOptions, load_scorer  # noqa: E402
+from cotcredit.lm.forcing import ForcingOptions, answer_forcing
 from cotcredit.methods import loo, shapley  # noqa: E402
 from cotcredit.methods.attribution import TargetOptions  # noqa: E402
 from cotcredit.methods.base import TraceContext  # noqa: E402
 from cotcredit.segmentation import SegmentOptions, segment_encoded  # noqa: E402
-from cotcredit.traces import Trace, read_traces  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SEP = "\x1e"  # joins the template's pieces; split again by the tokenizer wrapper

@@ -35,8 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="auto")
     args = ap.parse_args(argv)
 
-    from cotcredit import sampling
-    from cotcredit.lm import ModelOptions, load_scorer
+    from cotcredit.lm import ModelOptions, load_scorer, sampling
 
     scorer = load_scorer(ModelOptions(model=args.model, device=args.device))
     gen = sampling.HFGenerator(scorer.model, scorer.tokenizer)

@@ -71,8 +71,8 @@ def high_water_mb() -> float:
 
 def read_child(path: str, what: str) -> None:
     """In a fresh process: stream the file, print what was read and the memory it took."""
-    from cotcredit.readers import open_records
-    from cotcredit.traces import iter_traces
+    from cotcredit.data.readers import open_records
+    from cotcredit.data.traces import iter_traces
 
     base = high_water_mb()
     t0 = time.perf_counter()

@@ -19,11 +19,11 @@ import argparse
 import random
 import time
 
+from cotcredit.data.trace import Trace
 from cotcredit.lm import ModelOptions, load_scorer
 from cotcredit.methods.rredcot import RredcotOptions
-from cotcredit.pipeline import run_analysis
+from cotcredit.pipeline.run import run_analysis
 from cotcredit.segmentation import SegmentOptions
-from cotcredit.traces import Trace
 
 ITEMS = ["apple", "pear", "plum", "melon", "lemon", "mango", "peach", "grape", "kiwi", "cherry"]
 LINES = [

@@ -57,9 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     from transformers.utils import logging as hf_logging
 
     from cotcredit.lm import ModelOptions, load_scorer
+    from cotcredit.lm.sampling import get_generator
     from cotcredit.methods.mc import McOptions
-    from cotcredit.pipeline import SEGMENTS, InputOptions, run_analysis
-    from cotcredit.sampling import get_generator
+    from cotcredit.pipeline.inputs import InputOptions
+    from cotcredit.pipeline.run import SEGMENTS, run_analysis
     from cotcredit.segmentation import SegmentOptions
 
     hf_logging.disable_progress_bar()

@@ -3,7 +3,7 @@
     python benchmarks/bench_online.py                  # embedded model, 32 completions
     python benchmarks/bench_online.py --n 64 --segments 8 --value both
 
-Completions: the first --n traces of the lookup study (examples/mc_study/traces.jsonl: the
+Completions: the first --n traces of the lookup study (examples/lookup/study_traces.jsonl: the
 embedded model's own completions of the lookup task, ~40-60 tokens of reasoning each), as token
 ids after their rendered prompts, the way a trainer hands them over. "batched" is one
 `OnlineRredcot` call on all of them (shared padded forward and packed probe passes), "single"
@@ -23,9 +23,9 @@ import torch
 
 from cotcredit.lm import ModelOptions, load_scorer
 from cotcredit.methods.rredcot import RredcotOptions
-from cotcredit.online import OnlineRredcot
+from cotcredit.training.online import OnlineRredcot
 
-TRACES = Path(__file__).resolve().parent.parent / "examples" / "mc_study" / "traces.jsonl"
+TRACES = Path(__file__).resolve().parent.parent / "examples" / "lookup" / "study_traces.jsonl"
 
 
 def timed(fn, repeats: int):

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_redistribute.py                      # embedded model, 1k tokens, K=16
     python benchmarks/bench_redistribute.py --tokens 8192 --segments 32 --skip-naive
+    python benchmarks/bench_redistribute.py --references 1 2 4 8   # v̂ over n references
 
 "redistribute" is everything `cotcredit redistribute` does for a trace after loading: encode,
 one forward pass (entropies + KV cache), segmentation, all probes, rows. "plain forward" is one
@@ -19,12 +20,12 @@ import time
 
 import torch
 
+from cotcredit.data.trace import Trace
 from cotcredit.lm import ModelOptions, load_scorer
 from cotcredit.methods.base import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions, estimate
 from cotcredit.methods.rredcot import run as rredcot_run
 from cotcredit.segmentation import SegmentOptions, segment_encoded
-from cotcredit.traces import Trace
 
 SENTENCES = [
     "Let me compute the cost of the apples first: 4 apples at 3 dollars each is 12 dollars.",
@@ -51,6 +52,12 @@ def synthetic_trace(scorer, n_tokens: int) -> Trace:
     )
 
 
+def with_references(trace: Trace, n: int) -> Trace:
+    """The trace with n distinct reference solutions (its own first; the others reworded)."""
+    others = [trace.solution.replace("4 apples", f"Four apples (way {j})", 1) for j in range(1, n)]
+    return dataclasses.replace(trace, extra={**trace.extra, "solutions": others})
+
+
 def timed(fn, repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -67,6 +74,8 @@ def main() -> None:
     ap.add_argument("--segments", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-naive", action="store_true")
+    ap.add_argument("--references", type=int, nargs="*", default=[],
+                    help="also time v̂ over this many distinct references (each n given)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
     args = ap.parse_args()
@@ -78,13 +87,17 @@ def main() -> None:
     scorer.terminator_ids("}")  # built once per model; not per trace
     x = torch.tensor([enc.ids], device=scorer.device)
 
-    def redistribute(value: str, part: str = "whole"):
+    def redistribute(value: str, part: str = "whole", n_refs: int = 0):
+        options = RredcotOptions(value=value, solution_part=part)
+        if n_refs:
+            options = dataclasses.replace(options, references="solutions", empty_part="drop")
+        traced = with_references(trace, n_refs) if n_refs else trace
+
         def run():
-            e = scorer.encode(trace, reserve=256)
+            e = scorer.encode(traced, reserve=256 * max(n_refs, 1))
             fwd = scorer.forward(e.ids, stats_from=e.prompt_len)
             seg = segment_encoded(e, fwd.entropies, seg_opts)
-            rredcot_run(TraceContext(scorer, e, fwd, seg),
-                        RredcotOptions(value=value, solution_part=part))
+            rredcot_run(TraceContext(scorer, e, fwd, seg), options)
         return run
 
     def plain():
@@ -102,6 +115,8 @@ def main() -> None:
         t_rhat = timed(redistribute("rhat"), args.repeats)
         t_both = timed(redistribute("both"), args.repeats)
         t_remaining = timed(redistribute("both", "remaining"), args.repeats)
+        t_refs = {n: timed(redistribute("both", "remaining", n), args.repeats)
+                  for n in args.references}
         t_naive = None if args.skip_naive else timed(naive, max(1, args.repeats // 2))
         checked = RredcotOptions(value="both", solution_part="remaining")
         packed = estimate(ctx, checked)
@@ -115,6 +130,9 @@ def main() -> None:
           "   --solution-part whole")
     print(f"redistribute --value both       {t_remaining:8.2f} s   "
           f"({t_remaining / t_plain:.2f}x plain forward)   --solution-part remaining")
+    for n, t in t_refs.items():
+        print(f"  over {n} reference(s)          {t:8.2f} s   ({t / t_plain:.2f}x plain forward)"
+              "   --references solutions --empty-part drop")
     if t_naive is not None:
         print(f"naive per-boundary (rhat)       {t_naive:8.2f} s   (redistribute is {t_naive / t_rhat:.1f}x faster)")
         diff = max(abs(a - b) for a, b in zip(packed.r_hat + packed.v_hat, ref.r_hat + ref.v_hat))

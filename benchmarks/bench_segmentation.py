@@ -17,9 +17,9 @@ import time
 
 import torch
 
-from cotcredit.encoding import EncodedTrace
+from cotcredit.data.trace import Trace
+from cotcredit.lm.encoding import EncodedTrace
 from cotcredit.segmentation import SegmentOptions, segment_encoded
-from cotcredit.traces import Trace
 
 LINES = ["Wait, check row {i}.\n", "So it is {i}.\n", "The next value is {i}.\n", "Then add.\n"]
 

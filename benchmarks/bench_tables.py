@@ -35,11 +35,15 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cotcredit import io, tables
 from cotcredit.methods import get_method
-from cotcredit.tables import META_KEY, TableWriter, part_name, table_schema
+from cotcredit.store import io, tables
+from cotcredit.store.io import META_KEY
+from cotcredit.store.parts import part_name
+from cotcredit.store.schema import table_schema
+from cotcredit.store.tables import TableWriter
 
 WORDS = ("so the total is wait check again then add carry multiply each row of table value "
          "apples oranges cost dollars first next therefore hmm actually answer").split()
@@ -107,12 +111,12 @@ def compare_timing(out: Path, work: Path, bootstrap: int) -> None:
     other_method(table, "loo", 1, work / "loo.parquet")
     other_method(table, "mc", 2, work / "mc.parquet")
     del table
-    from cotcredit.comparison import analyse
-    from cotcredit.report import load_scores
+    from cotcredit.pipeline.scores import load_scores
+    from cotcredit.report.compare import analyse, report_columns
 
     paths = [out, work / "loo.parquet", work / "mc.parquet"]
     t = time.perf_counter()
-    scores = load_scores(paths)
+    scores = load_scores(paths, columns=report_columns())  # what `compare` reads
     t_load = time.perf_counter() - t
     t = time.perf_counter()
     result = analyse(scores, n_boot=bootstrap, reference="mc", baselines="position",
@@ -128,7 +132,8 @@ def compare_timing(out: Path, work: Path, bootstrap: int) -> None:
 
 def bulk_rredcot(n_traces: int, k: int, schema: pa.Schema, out: Path) -> None:
     """The rredcot table ``trace_rows`` would write, built with numpy in one go (texts drawn
-    from a pool of 1,000 made the same way): for timing compare without the writer."""
+    from a pool of 1,000 made the same way, each made distinct by its row number, as the texts
+    of real segments are): for timing compare without the writer."""
     rng = np.random.default_rng(0)
     pool_rng = random.Random(0)
     pool = [" ".join(pool_rng.choice(WORDS) for _ in range(pool_rng.randint(30, 70)))[:400]
@@ -145,7 +150,8 @@ def bulk_rredcot(n_traces: int, k: int, schema: pa.Schema, out: Path) -> None:
             np.repeat([f"trace-{i:06d}" for i in range(n_traces)], k).tolist()),
         "segment": seg, "char_start": starts, "char_end": ends, "token_start": starts // 4,
         "token_end": starts // 4 + lengths // 4, "n_tokens": lengths // 4,
-        "text": pa.array(pool).take(pa.array(text_idx)),
+        "text": pc.binary_join_element_wise(pa.array(pool).take(pa.array(text_idx)),
+                                            pa.array(np.arange(n).astype(str)), " "),
         "boundary_entropy": rng.random(n) * 3, "mean_entropy": rng.random(n) * 3,
         "method": pa.array(["rredcot"] * n), "score": g1 - g0,
         "r_hat": -rng.random(n) * 5, "v_hat": -rng.random(n) * 20,

@@ -73,14 +73,15 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # 
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
 import cotcredit  # noqa: E402
-from cotcredit.forcing import ForcingOptions, answer_forcing  # noqa: E402
+from cotcredit.data.trace import Trace  # noqa: E402
 from cotcredit.lm import Continuation, Scorer, resolve_dtype  # noqa: E402
+from cotcredit.lm.forcing import ForcingOptions, answer_forcing  # noqa: E402
+from cotcredit.lm.generation import SamplingOptions  # noqa: E402
+from cotcredit.lm.sampling import get_generator  # noqa: E402
 from cotcredit.methods import rredcot  # noqa: E402
 from cotcredit.methods.attribution import ValueFunction  # noqa: E402
 from cotcredit.methods.base import TraceContext  # noqa: E402
-from cotcredit.sampling import SamplingOptions, get_generator  # noqa: E402
 from cotcredit.segmentation import SegmentOptions, segment_encoded  # noqa: E402
-from cotcredit.traces import Trace  # noqa: E402
 
 PARTS = ("agreement", "speed", "generation", "train")
 # Share of the remaining global budget each part gets; time a part leaves unused flows on.

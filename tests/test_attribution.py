@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from cotcredit.forcing import ForcingOptions, answer_forcing
+from cotcredit.data.trace import Trace
+from cotcredit.lm.forcing import ForcingOptions, answer_forcing
 from cotcredit.methods.attribution import (
     EmbeddingTarget,
     TargetOptions,
@@ -19,7 +20,6 @@ from cotcredit.methods.attribution import (
 )
 from cotcredit.methods.base import TraceContext
 from cotcredit.segmentation import SegmentOptions, segment_encoded
-from cotcredit.traces import Trace
 
 RESPONSE = (
     "Let me think step by step.\nApples cost 5 dollars.\nWait, oranges cost 7.\n"

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from conftest import run_cli
 
-from cotcredit.tables import read_metadata
+from cotcredit.store.io import read_metadata
 
 run = run_cli
 
@@ -165,33 +165,40 @@ def test_cli_defaults_and_help_are_the_dataclasses():
 
     import typer
 
+    from cotcredit.bench.run import BenchOptions
     from cotcredit.cli import app
-    from cotcredit.cli_params import params_of
-    from cotcredit.comparison import ReportOptions, Shortcuts
-    from cotcredit.exports import ExportOptions
+    from cotcredit.cli.params import params_of
+    from cotcredit.data.problems import ProblemInputOptions
     from cotcredit.lm import ModelOptions
     from cotcredit.methods import registry
-    from cotcredit.pipeline import InputOptions
-    from cotcredit.problems import GenerateOptions, ProblemInputOptions
+    from cotcredit.pipeline.export import ExportOptions
+    from cotcredit.pipeline.generate import GenerateOptions
+    from cotcredit.pipeline.inputs import InputOptions
+    from cotcredit.report.compare import ReportOptions, Shortcuts
     from cotcredit.segmentation import SegmentOptions
 
     classes = [InputOptions, ModelOptions, SegmentOptions, ReportOptions, Shortcuts,
-               ExportOptions, GenerateOptions, ProblemInputOptions, *(s.options_type for s in registry().values())]
+               ExportOptions, GenerateOptions, ProblemInputOptions,
+               *(s.options_type for s in registry().values())]
     declared: dict[str, list] = {}
     for cls in classes:
         for p in params_of(cls):
             declared.setdefault(p.flag.split("/")[0], []).append(p)
+    # bench's options are its own dataclass's (its --seed, --overwrite are not the others')
+    own = {"bench": {p.flag.split("/")[0]: [p] for p in params_of(BenchOptions)}}
+    classes.append(BenchOptions)
     group = typer.main.get_group(app)
     checked = 0
     for command in group.commands.values():
         if command.name == "train":  # its options are the YAML config's (training/config.py)
             continue
+        flags = own.get(command.name, declared)
         for param in command.params:
             flag = next((o for o in param.opts if o.startswith("--")), None)
-            if flag not in declared or (command.name, flag) == ("attribute", "--method"):
+            if flag not in flags or (command.name, flag) == ("attribute", "--method"):
                 continue  # (attribute's own --method lists methods; export's picks one)
             assert any(param.default == p.default and param.help == p.help
-                       for p in declared[flag]), (command.name, flag)
+                       for p in flags[flag]), (command.name, flag)
             checked += 1
     assert checked > 100
     # And every field of every options class documents itself.
@@ -205,18 +212,21 @@ def test_help_shows_the_choices_of_every_option_that_has_them(capsys):
     declares choices shows them as its metavar in --help."""
     import typer
 
+    from cotcredit.bench.run import BenchOptions
     from cotcredit.cli import app
-    from cotcredit.cli_params import params_of
-    from cotcredit.comparison import ReportOptions
-    from cotcredit.exports import ExportOptions
+    from cotcredit.cli.params import params_of
+    from cotcredit.data.problems import ProblemInputOptions
     from cotcredit.lm import ModelOptions
     from cotcredit.methods import registry
-    from cotcredit.pipeline import InputOptions
-    from cotcredit.problems import GenerateOptions, ProblemInputOptions
+    from cotcredit.pipeline.export import ExportOptions
+    from cotcredit.pipeline.generate import GenerateOptions
+    from cotcredit.pipeline.inputs import InputOptions
+    from cotcredit.report.compare import ReportOptions
     from cotcredit.segmentation import SegmentOptions
 
     classes = [InputOptions, ModelOptions, SegmentOptions, ReportOptions, ExportOptions,
-               GenerateOptions, ProblemInputOptions, *(s.options_type for s in registry().values())]
+               GenerateOptions, ProblemInputOptions, BenchOptions,
+               *(s.options_type for s in registry().values())]
     choices: dict[str, list] = {}  # flag -> the choices of each class declaring it
     for cls in classes:
         for p in params_of(cls):

@@ -9,7 +9,8 @@ import pytest
 from conftest import run_cli
 from score_tables import random_scores, write_table
 
-from cotcredit.comparison import (
+from cotcredit.errors import UserError
+from cotcredit.report.compare import (
     ReportOptions,
     ScoreTablesNotFound,
     compare,
@@ -18,7 +19,6 @@ from cotcredit.comparison import (
     find_score_tables,
     method_options,
 )
-from cotcredit.errors import UserError
 
 run = run_cli
 
@@ -78,22 +78,27 @@ def test_method_options_pass_through(tmp_path):
         method_options("rredcot,nope")
 
 
-def test_export_trl_stepwise(tiny_model_dir, traces_file, tmp_path, capsys):
+def test_export_processbench(tiny_model_dir, traces_file, tmp_path, capsys):
     rr = tmp_path / "rr.parquet"
     run(["redistribute", traces_file, "--model", tiny_model_dir, "-k", "3", "-o", rr], capsys)
     out = tmp_path / "prm.jsonl"
-    code, _, err = run(["export", rr, "--traces", traces_file, "-o", out, "--threshold", "0"], capsys)
+    code, _, err = run(["export", rr, "--traces", traces_file, "-o", out, "--threshold", "0",
+                        "--format", "processbench"], capsys)
     assert code == 0, err
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     df = pd.read_parquet(rr)
     assert len(lines) == 3
     for rec in lines:
-        assert set(rec) == {"prompt", "completions", "labels"}
-        assert len(rec["completions"]) == len(rec["labels"]) == 3
+        assert set(rec) == {"id", "problem", "steps", "label", "final_answer_correct"}
+        assert len(rec["steps"]) == 3
     first = df[df.trace_id == "t1"].sort_values("segment")
-    assert lines[0]["labels"] == [bool(s > 0) for s in first.score]
+    right = [bool(s > 0) for s in first.score]
+    assert lines[0]["label"] == (right.index(False) if False in right else -1)
     code, _, err = run(["export", rr, "-o", out], capsys)
     assert code == 2 and "--traces" in err
+    code, _, err = run(["export", rr, "--traces", traces_file, "-o", out,
+                        "--format", "trl-stepwise"], capsys)
+    assert code == 2 and "processbench" in err and len(err.strip().splitlines()) == 1
 
 
 # ------------------------------------------------------------------ score tables found in a folder
@@ -224,7 +229,7 @@ def test_user_sequence_redistribute_attribute_compare(tiny_model_dir, traces_fil
                                                      monkeypatch, capsys):
     """The session as users type it, each command with its defaults, then compare with no
     inputs: segment, redistribute, mc-baseline, attribute --method loo, compare."""
-    from cotcredit import grading
+    from cotcredit.data import grading
 
     # Junk from a random model is never right: call a rollout right by its length instead.
     monkeypatch.setattr(grading, "grade_completion", lambda text, reference, **kw:
@@ -277,7 +282,7 @@ def test_summary_table_printed_to_a_pipe_is_not_cut(tmp_path, monkeypatch, capsy
     assert "Spearman [95% CI]" in header and "top-1 [95% CI]" in header and len(header) > 80
     # COLUMNS, when a user sets it, is still obeyed.
     monkeypatch.setenv("COLUMNS", "60")
-    from cotcredit import cli
+    from cotcredit.cli import output as cli
 
     monkeypatch.setattr(cli.out, "_width", None)
     code, stdout, _ = run(["compare", "--dir", tmp_path, "--methods", "rredcot,mc", "--bootstrap",

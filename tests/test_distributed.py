@@ -16,8 +16,8 @@ import pytest
 from conftest import run_cli
 from test_robustness import write_traces
 
-from cotcredit import io
 from cotcredit.distributed import Processes
+from cotcredit.store import io
 
 N = 8
 
@@ -75,7 +75,7 @@ def test_compare_on_two_processes_writes_one_report(
 ):
     """One process already scored some traces; two processes finish the run; the main one alone
     writes the report, from tables equal to a single-process run's."""
-    from cotcredit.comparison import method_options, run_methods
+    from cotcredit.report.compare import method_options, run_methods
     from cotcredit.segmentation import SegmentOptions
 
     report, ref = tmp_path / "report", tmp_path / "ref"

@@ -4,11 +4,11 @@ import dataclasses
 
 import pytest
 
+from cotcredit.data.trace import Trace
 from cotcredit.lm import ModelOptions, load_scorer
 from cotcredit.methods.rredcot import RredcotOptions
-from cotcredit.pipeline import run_analysis
+from cotcredit.pipeline.run import run_analysis
 from cotcredit.segmentation import SegmentOptions
-from cotcredit.traces import Trace
 
 pytestmark = pytest.mark.slow
 

@@ -7,15 +7,15 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from cotcredit.encoding import encode_parts
+from cotcredit.data.trace import Trace
 from cotcredit.errors import UserError
-from cotcredit.forcing import EXIT_PLAIN, ForcingOptions, answer_forcing
 from cotcredit.lm import Scorer
+from cotcredit.lm.encoding import encode_parts
+from cotcredit.lm.forcing import EXIT_PLAIN, ForcingOptions, answer_forcing
 from cotcredit.methods.base import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions
 from cotcredit.methods.rredcot import run as rredcot_run
 from cotcredit.segmentation import SegmentOptions, segment_encoded
-from cotcredit.traces import Trace
 
 LATEX = "\\frac{1}{2}"
 
@@ -136,7 +136,7 @@ def test_solution_probe_ends_before_the_solutions_own_answer(scorer: Scorer):
 def test_a_prompt_already_in_the_chat_format_is_not_wrapped_twice(scorer):
     """Few-shot conversations and traces logged with their template are used as they are, in
     analysis and in training alike; plain prompts get the template."""
-    from cotcredit.encoding import rendered_by_template, template_markers
+    from cotcredit.lm.encoding import rendered_by_template, template_markers
     from cotcredit.training.run import prompt_field
 
     tok = scorer.tokenizer

@@ -1,4 +1,5 @@
-"""Exporting segment scores as JSON Lines (cotcredit.exports), against naive expectations."""
+"""Exporting segment scores as JSON Lines (cotcredit.pipeline.export), against naive expectations
+and against the readers of each format (`datasets`, cotcredit's ProcessBench reader)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pandas as pd
 import pytest
 
 from cotcredit.errors import UserError
-from cotcredit.exports import EXPORT_FORMATS, export_scores
+from cotcredit.pipeline.export import EXPORT_FORMATS, export_scores
 
 PROMPTS = {"t1": "What is 5 + 7?", "t2": "What is 3 + 4?", "t3": "Two pears at 4 each?"}
 TEXTS = {
@@ -60,42 +61,105 @@ def first_seen_order(df: pd.DataFrame, method: str) -> list[str]:
     return list(dict.fromkeys(df.loc[df["method"] == method, "trace_id"]))
 
 
-# ---- trl-stepwise -------------------------------------------------------------------------------
+# ---- step formats -------------------------------------------------------------------------------
+def load_with_datasets(path: Path) -> list[dict]:
+    """The file as the `datasets` library loads it (what PRM training code reads)."""
+    datasets = pytest.importorskip("datasets")
+    return list(datasets.load_dataset("json", data_files=str(path), split="train"))
+
+
 @pytest.mark.parametrize("threshold", [0.0, 0.2, -0.3])
-def test_trl_stepwise_labels_are_score_above_threshold(tmp_path, threshold):
+def test_processbench_label_is_the_first_step_not_above_threshold(tmp_path, threshold):
     df = score_table()
-    res = export_scores(df, PROMPTS, tmp_path / "prm.jsonl", method="rredcot", threshold=threshold)
-    expected = [
-        {"prompt": PROMPTS[t], "completions": TEXTS[t],
-         "labels": [s > threshold for s in SCORES["rredcot"][t]]}
-        for t in first_seen_order(df, "rredcot")
-    ]
-    assert read_lines(tmp_path / "prm.jsonl") == expected
-    assert (res.format, res.method, res.n_written, res.skipped_nan) == (
-        "trl-stepwise", "rredcot", 3, [])
-    # The segment texts join back to the reasoning; labels and completions line up.
-    for line in expected:
-        assert len(line["labels"]) == len(line["completions"])
+    out = tmp_path / "pb.jsonl"
+    res = export_scores(df, PROMPTS, out, format="processbench", method="rredcot",
+                        threshold=threshold, outcomes={"t1": 1.0, "t2": 0.0})
+    expected = []
+    for t in first_seen_order(df, "rredcot"):
+        ok = [s > threshold for s in SCORES["rredcot"][t]]
+        expected.append({"id": t, "problem": PROMPTS[t], "steps": [x.strip() for x in TEXTS[t]],
+                         "label": ok.index(False) if False in ok else -1,
+                         "final_answer_correct": {"t1": True, "t2": False}.get(t)})
+    assert read_lines(out) == expected
+    assert (res.format, res.n_written, res.skipped_nan) == ("processbench", 3, [])
+    assert load_with_datasets(out) == expected  # the columns ProcessBench's evaluators read
 
 
-def test_trl_stepwise_leaves_out_and_reports_nan_traces(tmp_path):
+def test_processbench_reads_back_as_processbench(tmp_path):
+    """cotcredit's own ProcessBench reader takes the export: same problem, steps, first error."""
+    from cotcredit.data.fields import format_names
+    from cotcredit.data.traces import iter_traces
+
+    df = score_table(("rredcot",))
+    df["outcome"] = df["trace_id"].map({"t1": 1.0, "t2": 0.0, "t3": 1.0})
+    out = tmp_path / "pb.jsonl"
+    export_scores(df, PROMPTS, out, format="processbench", threshold=0.0)
+    traces = {t.id: t for t in iter_traces(out, format_names("processbench"),
+                                           require_answer=False)}
+    for line in read_lines(out):
+        t = traces[line["id"]]
+        assert t.prompt == line["problem"] and len(t.steps) == len(line["steps"])
+        assert t.error_step == line["label"]
+        assert t.outcome == float(line["final_answer_correct"])  # from the outcome column
+
+
+def test_openrlhf_prm_has_one_label_per_placeholder(tmp_path):
+    df = score_table()
+    out = tmp_path / "prm.jsonl"
+    export_scores(df, PROMPTS, out, format="openrlhf-prm", method="rredcot", threshold=0.1)
+    lines = load_with_datasets(out)
+    assert [set(line) for line in lines] == [{"input", "label"}] * 3
+    for line, t in zip(lines, first_seen_order(df, "rredcot")):
+        # OpenRLHF puts label k at the k-th placeholder token: counts must match, in order.
+        assert line["input"].count(" ки") == len(line["label"]) == len(TEXTS[t])
+        assert line["label"] == ["+" if s > 0.1 else "-" for s in SCORES["rredcot"][t]]
+        head, *steps = line["input"].split("\n")
+        assert head == PROMPTS[t]
+        assert [s.removesuffix(" ки") for s in steps] == [x.strip() for x in TEXTS[t]]
+    export_scores(df, PROMPTS, out, format="openrlhf-prm", method="rredcot", placeholder="<s>")
+    assert read_lines(out)[0]["input"].count(" <s>") == 3
+    with pytest.raises(UserError, match="trace 't1': step 1 holds the placeholder 'Oranges'"):
+        export_scores(df, PROMPTS, out, format="openrlhf-prm", method="rredcot",
+                      placeholder="Oranges")
+
+
+def test_step_rewards_are_the_scores_with_their_spans(tmp_path):
+    df = score_table()
+    out = tmp_path / "r.jsonl"
+    res = export_scores(df, PROMPTS, out, format="step-rewards", method="mc")
+    lines = {line["id"]: line for line in load_with_datasets(out)}
+    assert res.skipped_nan == [] and len(lines) == 3  # rewards keep NaN (as null)
+    for t, line in lines.items():
+        expected = [None if math.isnan(s) else s for s in SCORES["mc"][t]]
+        assert line["rewards"] == expected
+        assert line["token_spans"] == [[2 * k, 2 * k + 2] for k in range(len(TEXTS[t]))]
+        starts = np.cumsum([0] + [len(x) for x in TEXTS[t]])
+        assert line["char_spans"] == [[int(a), int(b)] for a, b in zip(starts, starts[1:])]
+        assert (line["prompt"], line["steps"]) == (PROMPTS[t], [x.strip() for x in TEXTS[t]])
+    no_tokens = df.drop(columns=["token_start", "token_end"])
+    export_scores(no_tokens, PROMPTS, out, format="step-rewards", method="mc")
+    assert all(line["token_spans"] is None for line in read_lines(out))
+
+
+@pytest.mark.parametrize("fmt", ["processbench", "openrlhf-prm"])
+def test_label_formats_leave_out_and_report_nan_traces(tmp_path, fmt):
     out = tmp_path / "sub" / "prm.jsonl"  # parent folders are created
-    res = export_scores(score_table(), PROMPTS, out, method="mc")
-    lines = read_lines(out)
-    assert res.skipped_nan == ["t2"] and res.n_written == len(lines) == 2
-    assert [line["prompt"] for line in lines] == [PROMPTS[t] for t in
-                                                  first_seen_order(score_table(), "mc") if t != "t2"]
-    for line in lines:
-        tid = next(t for t, p in PROMPTS.items() if p == line["prompt"])
-        assert line["labels"] == [s > 0 for s in SCORES["mc"][tid]]
-
-
-def test_every_trace_nan_writes_an_empty_file(tmp_path):
+    res = export_scores(score_table(), PROMPTS, out, format=fmt, method="mc")
+    assert res.skipped_nan == ["t2"] and res.n_written == len(read_lines(out)) == 2
     df = score_table(("mc",))
     df["score"] = math.nan
-    res = export_scores(df, PROMPTS, tmp_path / "prm.jsonl")
+    res = export_scores(df, PROMPTS, out, format=fmt)
     assert res.n_written == 0 and sorted(res.skipped_nan) == ["t1", "t2", "t3"]
-    assert (tmp_path / "prm.jsonl").read_text() == ""
+    assert out.read_text() == ""
+
+
+def test_the_old_trl_format_names_its_replacements(tmp_path):
+    with pytest.raises(UserError) as e:
+        export_scores(score_table(), PROMPTS, tmp_path / "a.jsonl", format="trl-stepwise",
+                      method="mc")
+    assert str(e.value) == ("export format 'trl-stepwise' is gone (TRL no longer has "
+                            "PRMTrainer); use processbench, openrlhf-prm, step-rewards or jsonl")
+    assert "\n" not in str(e.value) and not (tmp_path / "a.jsonl").exists()
 
 
 # ---- jsonl ---------------------------------------------------------------------------------------
@@ -149,7 +213,7 @@ def test_jsonl_run_id_is_null_when_a_trace_mixes_runs(tmp_path):
     assert run_ids == {"t1": None, "t2": "run-rredcot", "t3": "run-rredcot"}
 
 
-def test_both_formats_replace_the_output_file(tmp_path):
+def test_every_format_replaces_the_output_file(tmp_path):
     out = tmp_path / "prm.jsonl"
     out.write_text("stale\n" * 10)
     for fmt in EXPORT_FORMATS:
@@ -214,7 +278,7 @@ def test_empty_table_missing_columns_and_bad_format(tmp_path):
     with pytest.raises(UserError, match=r"the score table lacks column\(s\) score, text"):
         export_scores(df.drop(columns=["score", "text"]), PROMPTS, tmp_path / "a.jsonl")
     with pytest.raises(UserError, match="unknown export format 'csv'; choose one of "
-                                        "trl-stepwise, jsonl"):
+                                        "processbench, openrlhf-prm, step-rewards, jsonl"):
         export_scores(df, PROMPTS, tmp_path / "a.jsonl", format="csv", method="mc")
     assert not (tmp_path / "a.jsonl").exists()
 

@@ -21,8 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cotcredit.data.trace import TraceError
+from cotcredit.data.traces import read_traces
 from cotcredit.errors import UserError
-from cotcredit.traces import TraceError, read_traces
 
 FAST = settings(
     max_examples=150,

@@ -7,10 +7,12 @@ import json
 import pandas as pd
 import pytest
 
-from cotcredit import grading
+from cotcredit.data import grading
+from cotcredit.data.problems import read_problems
+from cotcredit.data.trace import TraceError
+from cotcredit.data.traces import read_traces
 from cotcredit.errors import UserError
-from cotcredit.problems import GenerateOptions, generate_traces, read_problems
-from cotcredit.traces import TraceError, read_traces
+from cotcredit.pipeline.generate import GenerateOptions, generate_traces
 
 PROBLEMS = [
     {"id": "add", "prompt": "What is 3 + 4? Let me think.", "answer": "7",
@@ -85,7 +87,7 @@ def test_generate_schema_and_round_trip(scorer, problems_file, tmp_path):
     assert [t.id for t in traces] == [y["id"] for y in got]
     assert traces[0].outcome in (0.0, 1.0) and traces[0].solution == PROBLEMS[0]["solution"]
     from cotcredit.methods.rredcot import RredcotOptions
-    from cotcredit.pipeline import run_analysis
+    from cotcredit.pipeline.run import run_analysis
     from cotcredit.segmentation import SegmentOptions
 
     res = run_analysis(out, scorer, methods={"rredcot": RredcotOptions()},

@@ -9,16 +9,15 @@ import pytest
 import torch
 
 from cotcredit.errors import UserError
-from cotcredit.sampling import (
+from cotcredit.lm.generation import (
     Completion,
-    HFGenerator,
     SamplingOptions,
     decode_continuation,
     default_keys,
-    get_generator,
     row_seed,
     stop_token_ids,
 )
+from cotcredit.lm.sampling import HFGenerator, get_generator
 
 TEXTS = ["Let me think step by step.", "So the answer is 12", "Apples cost", "Wait, check again. Hmm"]
 
@@ -134,31 +133,64 @@ def test_out_of_memory_halves_the_batch(scorer, prompts, monkeypatch):
     g = HFGenerator(scorer.model, scorer.tokenizer)
     o = SamplingOptions(n=2, max_new_tokens=6, seed=3, batch_size=8)
     expected = g.generate(prompts, o)
-    real = HFGenerator._generate_rows
+    real = HFGenerator._decode_rows
 
-    def fake(self, prompts_, keys, batch, options, greedy):
-        if len(batch) > 2:
+    def fake(self, prompts_, keys, rows, slots, *rest):
+        if slots > 2:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real(self, prompts_, keys, batch, options, greedy)
+        return real(self, prompts_, keys, rows, slots, *rest)
 
-    monkeypatch.setattr(HFGenerator, "_generate_rows", fake)
+    monkeypatch.setattr(HFGenerator, "_decode_rows", fake)
     got = g.generate(prompts, o)
     assert ids(got) == ids(expected)
-    assert g.stats.oom_retries >= 1 and max(g.stats.batch_sizes[-4:]) <= 2
+    assert g.stats.oom_retries >= 1 and g.stats.batch_sizes[-1] <= 2
 
     def always(self, *a):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setattr(HFGenerator, "_generate_rows", always)
+    monkeypatch.setattr(HFGenerator, "_decode_rows", always)
     with pytest.raises(UserError, match="out of memory"):
         HFGenerator(scorer.model, scorer.tokenizer).generate(prompts[:1], o)
+
+
+def test_out_of_memory_mid_decoding_keeps_finished_rows(scorer, prompts, monkeypatch):
+    """An out-of-memory error after some rows ended: those are kept, the rows in flight are
+    decoded again from their start in fewer slots, and every completion is the same."""
+    from cotcredit.lm.slots import SlotCache
+
+    o = SamplingOptions(n=3, max_new_tokens=12, seed=5, batch_size=6)
+
+    def generator():
+        g = HFGenerator(scorer.model, scorer.tokenizer)
+        g.stop_ids = [*g.stop_ids, *range(3, len(scorer.tokenizer), 4)]  # rows end unevenly
+        return g
+
+    expected = generator().generate(prompts, o)
+    g = generator()
+    steps = {"n": 0, "rows_done_before": 0}
+    real_advance = SlotCache.advance
+    progress: list[int] = []
+
+    def flaky(self):
+        steps["n"] += 1
+        if steps["n"] == 6:
+            steps["rows_done_before"] = sum(progress)
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        real_advance(self)
+
+    monkeypatch.setattr(SlotCache, "advance", flaky)
+    got = g.generate(prompts, o, progress=progress.append)
+    assert ids(got) == ids(expected)
+    assert g.stats.oom_retries == 1 and g.stats.batch_sizes == [3]
+    assert 0 < steps["rows_done_before"] < 4 * 3  # the error came with rows done and in flight
+    assert sum(progress) == 4 * 3  # every row reported once
 
 
 def test_other_errors_are_not_swallowed(scorer, prompts, monkeypatch):
     def broken(self, *a):
         raise RuntimeError("shape mismatch")
 
-    monkeypatch.setattr(HFGenerator, "_generate_rows", broken)
+    monkeypatch.setattr(HFGenerator, "_decode_rows", broken)
     with pytest.raises(RuntimeError, match="shape mismatch"):
         HFGenerator(scorer.model, scorer.tokenizer).generate(prompts, SamplingOptions(max_new_tokens=2))
 
@@ -222,7 +254,7 @@ def test_vllm_backend_plumbing(scorer, prompts, monkeypatch):
     fake = types.ModuleType("vllm")
     fake.LLM, fake.SamplingParams = LLM, SamplingParams
     monkeypatch.setitem(sys.modules, "vllm", fake)
-    import cotcredit.sampling as generation
+    import cotcredit.lm.vllm_sampling as generation
 
     monkeypatch.setattr(generation, "_VLLM", {})
     scorer.__dict__.setdefault("_generators", {}).pop("vllm", None)
@@ -244,7 +276,7 @@ def test_vllm_backend_plumbing(scorer, prompts, monkeypatch):
 
 def test_vllm_engine_arguments_parse_and_need_the_vllm_backend():
     from cotcredit.errors import UserError
-    from cotcredit.sampling import parse_engine_args
+    from cotcredit.lm.generation import parse_engine_args
 
     args = ["tensor_parallel_size=2", "gpu_memory_utilization=0.8", "enforce_eager=true",
             "quantization=fp8"]
@@ -260,7 +292,7 @@ def test_vllm_backend_without_vllm_is_one_line(scorer):
     import importlib.util
 
     from cotcredit.errors import UserError
-    from cotcredit.sampling import get_generator
+    from cotcredit.lm.sampling import get_generator
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cotcredit import grading
-from cotcredit.grading import GradeResult, extract_answer, grade, grade_completion
+from cotcredit.data import grading
+from cotcredit.data.grading import GradeResult, extract_answer, grade, grade_completion
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "examples" / "problems.jsonl"
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from cotcredit.data.trace import Trace
 from cotcredit.errors import UserError
 from cotcredit.lm import Continuation, ModelOptions, Scorer, load_scorer
-from cotcredit.traces import Trace
 
 TRACE = Trace("a", "What is 3+4?", "Let me think. 3 + 4 = 7 \U0001f600.\nWait, yes 7.\nSo 7.\nThe final answer is $\\boxed{7}$.", "7")
 

@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from cotcredit.bench.regimes import hops as checker  # the hops regime: checker and generator
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _module(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / "lookup" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-checker = _module("hops_checker")
-make = _module("make_problems")
+make = checker
 
 QUESTION = """Friends:
 Emma's friend is Jack.
@@ -127,7 +117,7 @@ def test_lookup_study_at_tiny_size(tmp_path, tiny_model_dir):
     import pandas as pd
 
     spec = importlib.util.spec_from_file_location(
-        "lookup_study", ROOT / "examples" / "lookup_study" / "run_study.py")
+        "lookup_study", ROOT / "studies" / "lookup_study" / "run_study.py")
     study = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(study)
     study.main(["--out", str(tmp_path), "--problems", "3", "--mc-traces", "2", "--rollouts",

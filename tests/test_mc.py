@@ -7,12 +7,12 @@ import math
 import pandas as pd
 import pytest
 
-from cotcredit import grading
+from cotcredit.data import grading
 from cotcredit.errors import UserError
+from cotcredit.lm.generation import Completion
 from cotcredit.methods import mc
 from cotcredit.methods.mc import McOptions, Rollout, boundary_value, interpolate, scored_boundaries
-from cotcredit.pipeline import run_analysis
-from cotcredit.sampling import Completion
+from cotcredit.pipeline.run import run_analysis
 from cotcredit.segmentation import SegmentOptions
 
 SMALL = dict(rollouts=3, max_new_tokens=6, seed=0)
@@ -27,7 +27,7 @@ def fake_grade(text, reference, **kw):
 def graded(monkeypatch, scorer):
     """The fake grader, and a generator that also stops at every token containing "e", so that
     rollouts of the random model end at different lengths (some cut off, some not)."""
-    from cotcredit.sampling import HFGenerator
+    from cotcredit.lm.sampling import HFGenerator
 
     monkeypatch.setattr(grading, "grade_completion", fake_grade)
     gen = HFGenerator(scorer.model, scorer.tokenizer)
@@ -391,8 +391,8 @@ def test_one_rollout_leaves_the_second_half_empty(scorer, traces_file, graded):
 def test_cost_columns_count_what_a_run_of_each_method_alone_pays(scorer, traces_file, graded):
     """Forward-only methods pay the shared trace pass plus their probes; Monte Carlo pays the
     prefill of its rollouts' prompts and its samples, and not the trace pass it never reads."""
+    from cotcredit.data.traces import iter_traces
     from cotcredit.methods.rredcot import RredcotOptions
-    from cotcredit.traces import iter_traces
 
     gen = mc.get_generator(scorer, "hf")
     s = run_analysis(traces_file, scorer, segment_options=SegmentOptions(segments=3),

@@ -13,8 +13,8 @@ import cotcredit
 from cotcredit.lm import Scorer
 from cotcredit.methods.base import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions, estimate, redistribute_rewards
-from cotcredit.online import CompletionError, OnlineRredcot, unwrap
 from cotcredit.segmentation import SegmentOptions, segment_encoded
+from cotcredit.training.online import CompletionError, OnlineRredcot, unwrap
 
 PROMPTS = ["What is 3 + 4?", "Apples cost 5, oranges 7. Total?", "A pear costs 4. Two pears?"]
 RESPONSES = [
@@ -212,3 +212,52 @@ def test_value_both_without_a_solution_warns_once_and_counts(scorer):
     fresh = OnlineRredcot(scorer.model, scorer.tokenizer, options, segments=3)
     fresh(p, c, a, s)  # SOLUTIONS has one None in three
     assert fresh.without_solution == sum(x is None for x in s)
+
+
+def _direct_estimate(scorer, got, options, references):
+    """R̂, v̂, g of one scored completion through the analysis functions, one trace at a time."""
+    enc = got.encoded
+    direct = Scorer(scorer.model, scorer.tokenizer)
+    fwd = direct.forward(enc.ids, stats_from=enc.prompt_len)
+    seg = segment_encoded(enc, fwd.entropies, SegmentOptions(segments=3))
+    return estimate(TraceContext(direct, enc, fwd, seg), options, references)
+
+
+def test_several_solutions_per_completion_equal_the_direct_computation(scorer):
+    # v̂ alone: on a random model R̂ would swamp the difference the second reference makes; and
+    # `matched`, not `suffixes`: v̂ alone keeps the empty suffix (R̂'s probe, shared by every
+    # reference), which would swamp it too.
+    options = RredcotOptions(value="vhat", sum_to="advantage", references="solutions",
+                             solution_part="matched", mixture="mean", empty_part="drop")
+    p, c, a, _ = batch(scorer, 3)
+    lists = [["3 + 4 = 7.", "4 + 3 = 7.\nSo 7."], "5 + 7 = 12.", ["4 + 4 = 8.", "2 * 4 = 8."]]
+    got = OnlineRredcot(scorer.model, scorer.tokenizer, options, segments=3)(p, c, a, lists)
+    first = OnlineRredcot(scorer.model, scorer.tokenizer,
+                          RredcotOptions(**{**options.__dict__, "references": "solution"}),
+                          segments=3)(p, c, a, lists)
+    for row, refs, one in zip(got, lists, first, strict=True):
+        refs = [refs] if isinstance(refs, str) else refs
+        est = _direct_estimate(scorer, row, options, refs)
+        assert np.allclose(row.g, est.g, rtol=1e-4, atol=0)
+        # `references="solution"` follows the first only.
+        alone = _direct_estimate(scorer, one, options, refs[:1])
+        assert np.allclose(one.g, alone.g, rtol=1e-4, atol=0)
+    assert not np.allclose(got[0].g, first[0].g, rtol=1e-6, atol=0)
+
+
+def test_siblings_are_the_groups_right_completions(scorer):
+    """references="siblings": a completion also follows the other completions of the batch
+    given the same prompt ids that reached the answer (a GRPO group), never itself."""
+    options = RredcotOptions(value="both", sum_to="advantage", references="siblings",
+                             solution_part="matched", mixture="mean", empty_part="drop")
+    p, c, a, s = batch(scorer, 6)  # rows i and i + 3 share a prompt
+    outcomes = [1.0, 0.0, 1.0, 1.0, 1.0, 0.0]
+    online = OnlineRredcot(scorer.model, scorer.tokenizer, options, segments=3)
+    got = online(p, c, a, s, outcomes)
+    texts = [r.encoded.trace.response for r in got]
+    for i, row in enumerate(got):
+        j = (i + 3) % 6
+        refs = [s[i]] + ([texts[j]] if outcomes[j] >= 0.5 else [])
+        est = _direct_estimate(scorer, row, options, refs)
+        assert np.allclose(row.g, est.g, rtol=1e-4, atol=0), i
+    assert texts[0] != texts[3]  # the sibling is another text, not the row itself

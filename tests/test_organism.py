@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from cotcredit.organism.checker import check_response
-from cotcredit.organism.task import (
+from cotcredit.bench.organism.checker import check_response
+from cotcredit.bench.organism.task import (
     MAX_STEPS,
     MAX_VALUE,
     MIN_STEPS,

@@ -11,14 +11,19 @@ import torch
 from conftest import run_cli
 from safetensors.torch import load_file
 
-from cotcredit.organism.checker import check_response
-from cotcredit.organism.model import build_tokenizer
-from cotcredit.organism.task import MAX_VALUE, Problem, reference_solution, split_problems
-from cotcredit.organism.train import TrainOptions, encode_example, train_organism
+from cotcredit.bench.organism.checker import check_response
+from cotcredit.bench.organism.model import build_tokenizer
+from cotcredit.bench.organism.task import MAX_VALUE, Chain, reference_solution, split_problems
+from cotcredit.bench.organism.train import TrainOptions, encode_example, train_organism
+from cotcredit.bench.regimes import checkpoint, get_regime
+from cotcredit.bench.regimes.base import Problem
+from cotcredit.bench.regimes.unique import chain_meta, chain_of
 
 ROOT = Path(__file__).resolve().parents[1]
-ORGANISM = ROOT / "examples" / "organism"
-P = Problem(7, (("+", 5), ("-", 9), ("+", 14), ("-", 6)))
+MODEL_FULL = Path(checkpoint("unique"))  # the organism's `full` checkpoint, shipped as `unique`
+C = Chain(7, (("+", 5), ("-", 9), ("+", 14), ("-", 6)))
+P = Problem(id="p", prompt=C.prompt, answer=str(C.answer), solution=C.solution,
+            meta=chain_meta(C))
 
 
 @pytest.fixture(scope="module")
@@ -37,35 +42,27 @@ def test_every_number_is_one_token(tok):
 def test_training_sequences(tok):
     ids, labels = encode_example(tok, P)
     text = tok.decode([t for t in labels if t != -100])
-    assert text == reference_solution(P) + tok.eos_token
+    assert text == reference_solution(C) + tok.eos_token
     # early answer after one step: the loss is on the final answer's token only
     ids, labels = encode_example(tok, P, upto=1)
     assert tok.decode(ids).endswith("7 + 5 = 12\nThe answer is 11.")
     assert [tok.decode([t]) for t in labels if t != -100] == [" 11"]
 
 
-def test_training_is_deterministic(tmp_path):
-    s = split_problems({"train": 200, "dev": 4})
+@pytest.mark.parametrize("regime", ["unique", "multipath"])
+def test_training_is_deterministic(tmp_path, regime):
+    r = get_regime(regime)
+    train, dev = r.problems("train", 200), r.problems("dev", 4)
     opts = TrainOptions(hidden=32, layers=1, heads=2, batch_size=4, max_steps=3, eval_every=3,
-                        eval_problems=4, warmup=1, regime="early")
-    a = train_organism(opts, s["train"], s["dev"], tmp_path / "a", log=lambda _: None)
-    b = train_organism(opts, s["train"], s["dev"], tmp_path / "b", log=lambda _: None)
+                        eval_problems=4, warmup=1, regime=regime, early_fraction=0.5,
+                        save_dtype="float16")
+    a = train_organism(opts, train, dev, tmp_path / "a", log=lambda _: None)
+    b = train_organism(opts, train, dev, tmp_path / "b", log=lambda _: None)
     wa, wb = load_file(str(tmp_path / "a" / "model.safetensors")), load_file(
         str(tmp_path / "b" / "model.safetensors"))
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     drop = lambda c: [{k: v for k, v in e.items() if k != "seconds"} for e in c]  # noqa: E731
     assert drop(a["curve"]) == drop(b["curve"]) and a["steps"] == 3
-
-
-@pytest.mark.parametrize("regime", ["full", "early"])
-def test_checked_in_checkpoint(regime):
-    folder = ORGANISM / f"model-{regime}"
-    info = json.loads((folder / "training.json").read_text())
-    assert info["options"]["regime"] == regime
-    assert (folder / "model.safetensors").stat().st_size < 20 * 2**20
-    for f in folder.iterdir():  # no machine paths in the checked-in files
-        if f.suffix in (".json", ".jinja"):
-            assert "/work/" not in f.read_text() and "/tmp/" not in f.read_text()
 
 
 def test_organism_loads_through_model_and_runs_segment_and_redistribute(tmp_path, capsys):
@@ -75,7 +72,7 @@ def test_organism_loads_through_model_and_runs_segment_and_redistribute(tmp_path
         for i, p in enumerate(problems):
             f.write(json.dumps({"id": f"t{i}", "prompt": p.prompt, "response": p.solution,
                                 "answer": str(p.answer)}) + "\n")
-    model = str(ORGANISM / "model-full")
+    model = str(MODEL_FULL)
     k = len(problems[0].steps)
     code, _, err = run_cli(["segment", traces, "-o", tmp_path / "seg", "--model", model,
                             "-k", k, "--max-traces", 1, "-q"], capsys)
@@ -98,18 +95,18 @@ def test_forecast_logprob_equals_one_probe_at_a_time(tmp_path):
     grouped by steps still to go."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from cotcredit.organism.train import forecast_logprob
+    from cotcredit.bench.organism.train import forecast_logprob
 
-    s = split_problems({"train": 50, "dev": 6})
+    r = get_regime("unique")
     opts = TrainOptions(hidden=32, layers=1, heads=2, batch_size=4, max_steps=2, eval_every=2,
                         eval_problems=2, warmup=1)
-    train_organism(opts, s["train"], s["dev"], tmp_path / "m", log=lambda _: None)
+    train_organism(opts, r.problems("train", 50), r.problems("dev", 2), tmp_path / "m",
+                   log=lambda _: None)
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "m").eval()
     tk = AutoTokenizer.from_pretrained(tmp_path / "m")
-    problems = s["dev"]
-    got = forecast_logprob(model, tk, problems, batch=5)
+    got = forecast_logprob(model, tk, r.problems("dev", 6), batch=5)
     want: dict[int, list[float]] = {}
-    for p in problems:
+    for p in (chain_of(x) for x in r.problems("dev", 6)):
         prompt = tk.apply_chat_template([{"role": "user", "content": p.prompt}], tokenize=False,
                                         add_generation_prompt=True)
         for k in range(len(p.steps) + 1):
@@ -125,14 +122,10 @@ def test_forecast_logprob_equals_one_probe_at_a_time(tmp_path):
 
 
 def test_calibration_verdict_of_a_retrain():
-    """build.py --check's calibration rule: accuracy 0.3-0.7, first errors on at least four
+    """build --check's calibration rule: accuracy 0.3-0.7, first errors on at least four
     positions, none holding more than 40% of them."""
-    import importlib.util
+    from cotcredit.bench.organism import build
 
-    spec = importlib.util.spec_from_file_location(
-        "organism_build", Path(__file__).resolve().parents[1] / "examples" / "organism" / "build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
     spread = {"1": 21, "2": 67, "3": 60, "4": 25, "5": 8}  # the checked-in model-full
     assert build.meets_calibration({"accuracy": 0.48, "first_error_hist": spread})[0]
     assert not build.meets_calibration({"accuracy": 0.92, "first_error_hist": spread})[0]
@@ -147,9 +140,9 @@ def test_calibration_verdict_of_a_retrain():
 def test_segment_lines_reproduces_the_organism_studys_step_segmentation(tmp_path, capsys):
     """`-k lines` gives, on the organism study's traces, exactly the segments the study made
     by running the hybrid segmentation with -k matched to each trace's line count."""
-    study = ROOT / "examples" / "organism_study" / "full"
+    study = ROOT / "tests" / "data" / "organism_study_full"  # the study's first 60 traces
     code, _, err = run_cli(["segment", study / "traces.jsonl", "-o", tmp_path / "seg", "-k",
-                            "lines", "--model", ORGANISM / "model-full", "--max-traces", 60,
+                            "lines", "--model", MODEL_FULL, "--max-traces", 60,
                             "-q"], capsys)
     assert code == 0, err
     got = pd.read_parquet(tmp_path / "seg")

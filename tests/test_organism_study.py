@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "examples" / "organism_study" / "run_study.py"
+SCRIPT = ROOT / "studies" / "organism_study" / "run_study.py"
 
 
 def _study():
@@ -56,7 +56,7 @@ def test_segmentation_study_at_tiny_size(tmp_path):
     _study().main(["--out", str(tmp_path / "org"), "--regime", "full", "--traces", "6",
                    "--rollouts", "2", "--ig-steps", "2", "--bootstrap", "50"])
     spec = importlib.util.spec_from_file_location(
-        "organism_segmentation", ROOT / "examples" / "organism_segmentation" / "run_study.py")
+        "organism_segmentation", ROOT / "studies" / "organism_segmentation" / "run_study.py")
     seg_study = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(seg_study)
     seg_study.main(["--out", str(tmp_path / "seg"), "--study", str(tmp_path / "org"),
@@ -190,7 +190,7 @@ def test_value_default_rule_needs_every_lower_bound_above_zero():
     """The --value re-check's rule: the candidate wins only if both paired differences exclude
     0 from below in both regimes."""
     spec = importlib.util.spec_from_file_location(
-        "vhat_organism", ROOT / "examples" / "vhat_selection" / "organism" / "run_check.py")
+        "vhat_organism", ROOT / "studies" / "vhat_selection" / "organism" / "run_check.py")
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
 

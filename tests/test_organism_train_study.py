@@ -37,7 +37,7 @@ eval:
 
 def _study():
     spec = importlib.util.spec_from_file_location(
-        "organism_train_study", ROOT / "examples" / "organism_train" / "run_study.py"
+        "organism_train_study", ROOT / "studies" / "organism_train" / "run_study.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -48,7 +48,7 @@ def test_arms_differ_only_in_the_advantage(tmp_path):
     study = _study()
     assert set(study.ARMS) == {"grpo", "rredcot", "rredcot-nocorr", "rredcot-floor0.5", "shuffled",
                                "rredcot-vhat", "rredcot-vhat-lines"}
-    config = ROOT / "examples" / "organism_train" / "config.yaml"
+    config = ROOT / "studies" / "organism_train" / "config.yaml"
     args = type("A", (), {"model": str(tmp_path), "eval_every": 50, "steps": 300, "samples": 4,
                           "prompts_per_step": 2})()
     made = {}
@@ -71,7 +71,7 @@ def test_arms_differ_only_in_the_advantage(tmp_path):
     from cotcredit.training.config import load_config
 
     assert load_config(study.run_config(config, "rredcot-vhat-lines", 3, tmp_path,
-                                        args)).rredcot.segments == "lines"
+                                        args)).credit.segments == "lines"
     base = {k: v for k, v in made["rredcot"]["rredcot"].items()}
     assert {k: v for k, v in made["shuffled"]["rredcot"].items() if k != "shuffle"} == base
 
@@ -166,9 +166,9 @@ def test_weights_of_a_vhat_arm_use_the_reference_solution():
     from cotcredit.training.run import _problems
 
     study = _study()
-    problems = list(_problems(ROOT / "examples" / "organism_train" / "study" /
-                              "eval_problems.jsonl"))
-    model = ROOT / "examples" / "organism" / "model-early"
+    problems = list(_problems(ROOT / "studies" / "organism" / "problems" /
+                              "test.jsonl"))[:6]  # the study's held-out problems start there
+    model = ROOT / "studies" / "organism" / "model-early"
     base = {"seed": 0, "rredcot": {"segments": "lines", "exit_string": "The answer is "}}
     frames = {}
     for value in ("rhat", "both"):

@@ -8,9 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from cotcredit.data.readers import open_records
+from cotcredit.data.trace import TraceError
+from cotcredit.data.traces import read_traces
 from cotcredit.errors import UserError
-from cotcredit.readers import open_records
-from cotcredit.traces import TraceError, read_traces
 
 ROWS = [
     {"id": f"r{i}", "prompt": f"What is {i} + 1?", "response": f"Let me add.\nSo {i} + 1 = {i + 1}.\n"
@@ -76,7 +77,7 @@ def test_parquet_row_numbers_in_errors(tmp_path):
 
 def test_parquet_is_read_in_batches(tmp_path, monkeypatch):
     """A Parquet input is decoded batch by batch: never the whole file at once."""
-    from cotcredit import readers
+    from cotcredit.data import readers
 
     rows = [{**ROWS[0], "id": f"x{i}"} for i in range(50)]
     p = tmp_path / "t.parquet"

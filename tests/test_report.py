@@ -16,7 +16,7 @@ from scipy import stats
 from score_tables import random_scores, trace_rows
 
 from cotcredit.errors import UserError
-from cotcredit.exports import export_scores
+from cotcredit.pipeline.export import export_scores
 from cotcredit.report import (
     CORRELATION_COLUMNS,
     correlate,
@@ -235,6 +235,27 @@ def test_load_scores_concatenates(tmp_path, three_methods):
     assert set(loaded["method"]) == {"mc", "rredcot", "loo"}
 
 
+def test_load_scores_holds_each_text_once_and_reads_only_asked_columns(tmp_path, three_methods):
+    """Texts come from the first table holding a trace and are shared by every method's rows
+    (one categorical); with `columns`, a table's other columns are not read."""
+    df = three_methods.assign(extra=1.0, wide="x")
+    df.loc[df["segment"] == 0, "text"] = "same text"  # one text at many segments
+    paths = write_methods(tmp_path, df.loc[df["trace_id"] != "t1"],
+                          {"a": ["mc"], "b": ["rredcot", "loo"]})
+    only_b = tmp_path / "c.parquet"  # a trace only the last table holds
+    df.loc[(df["trace_id"] == "t1") & (df["method"] == "mc")].assign(method="x").to_parquet(
+        only_b, index=False)
+    loaded = load_scores([*paths, only_b], columns=["extra", "absent"])
+    assert isinstance(loaded["text"].dtype, pd.CategoricalDtype)
+    assert len(loaded["text"].cat.categories) == df["text"].nunique()
+    texts = df.drop_duplicates(["trace_id", "segment"])[["trace_id", "segment", "text"]]
+    merged = loaded.merge(texts, on=["trace_id", "segment"], suffixes=("", "_table"))
+    assert len(merged) == len(loaded) == len(df) - 2 * (df["trace_id"] == "t1").sum() // 3
+    assert (merged["text"].astype(str) == merged["text_table"]).all()
+    assert "extra" in loaded.columns and "wide" not in loaded.columns
+    assert "wide" in load_scores(paths).columns  # all columns without `columns`
+
+
 def test_load_scores_refuses_duplicate_method(tmp_path, three_methods):
     paths = write_methods(tmp_path, three_methods, {"a": ["mc", "loo"], "b": ["loo"]})
     with pytest.raises(UserError, match="'loo'") as info:
@@ -448,7 +469,7 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def test_export_trl_stepwise_round_trip(tmp_path):
+def test_export_processbench_round_trip(tmp_path):
     rows = []
     rows += trace_rows("p1", {"mc": [0.5, -0.2, 0.0, 0.9]}, ["A. ", "B. ", "C. ", "D."])
     rows += trace_rows("p2", {"mc": [-1.0, 2.0, 0.3]}, ["x\n", "y\n", "z"])
@@ -456,16 +477,16 @@ def test_export_trl_stepwise_round_trip(tmp_path):
     df = pd.DataFrame(rows).sample(frac=1, random_state=0)  # segment order must be restored
     prompts = {"p1": "What is A?", "p2": "Solve y.", "p3": "Never exported."}
     out = tmp_path / "sub" / "prm.jsonl"
-    result = export_scores(df, prompts, out, threshold=0.25)
+    result = export_scores(df, prompts, out, format="processbench", threshold=0.25)
     assert result.n_written == 2 and result.skipped_nan == ["p3"] and result.method == "mc"
     records = read_jsonl(out)
-    assert [set(r) for r in records] == [{"prompt", "completions", "labels"}] * 2
-    by_prompt = {r["prompt"]: r for r in records}
-    assert by_prompt["What is A?"]["completions"] == ["A. ", "B. ", "C. ", "D."]
-    assert by_prompt["What is A?"]["labels"] == [True, False, False, True]
-    assert by_prompt["Solve y."]["completions"] == ["x\n", "y\n", "z"]
-    assert by_prompt["Solve y."]["labels"] == [False, True, True]
-    assert all(isinstance(b, bool) for r in records for b in r["labels"])
+    assert [set(r) for r in records] == [
+        {"id", "problem", "steps", "label", "final_answer_correct"}] * 2
+    by_prompt = {r["problem"]: r for r in records}
+    assert by_prompt["What is A?"]["steps"] == ["A.", "B.", "C.", "D."]
+    assert by_prompt["What is A?"]["label"] == 1  # first score not above 0.25
+    assert by_prompt["Solve y."]["steps"] == ["x", "y", "z"]
+    assert by_prompt["Solve y."]["label"] == 0
 
 
 def test_export_jsonl_round_trip_and_method_choice(tmp_path):

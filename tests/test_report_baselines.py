@@ -5,11 +5,22 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from bench_tables import per_trace, synthetic_regime
 from scipy import stats
 from score_tables import trace_rows
 
+from cotcredit.data import Trace
 from cotcredit.errors import UserError
-from cotcredit.report.baselines import baseline_scores, position_baseline
+from cotcredit.report.baselines import (
+    baseline_scores,
+    departures_from_traces,
+    entropy_baseline,
+    first_departure,
+    position_baseline,
+    position_length_baseline,
+    random_baseline,
+    refdiff_baseline,
+)
 from cotcredit.report.credit import value_credit
 from cotcredit.report.stats import Resampler, correlate, mean_interval
 
@@ -183,7 +194,7 @@ def test_mean_interval_equals_a_naive_bootstrap_and_depends_on_its_values_alone(
 
 def test_compare_checks_report_options_before_running_anything(tmp_path):
     import cotcredit
-    from cotcredit.comparison import ReportOptions
+    from cotcredit.report.compare import ReportOptions
 
     missing = tmp_path / "no-such-traces.jsonl"  # never read: the options fail first
     for bad, match in ((ReportOptions(credit="values"), "--credit"),
@@ -191,3 +202,146 @@ def test_compare_checks_report_options_before_running_anything(tmp_path):
                        (ReportOptions(splits=0), "--splits")):
         with pytest.raises(UserError, match=match):
             cotcredit.compare(missing, methods="rredcot,mc", report=bad)
+
+
+# ----------------------------------------------------------------------------- cheap baselines
+
+
+def test_first_departure_aligns_non_blank_normalised_reasoning_lines():
+    ref = "a = 1\nb = 2\nThe answer is 2."
+    assert first_departure(ref, ref) == -1
+    assert first_departure("a  =  1 \n\nb = 2\n The answer is 2.", ref) == -1
+    assert first_departure("a = 1\nb = 2\nThe answer is 3.", ref) == -1  # answers not compared
+    assert first_departure("a = 1\nc = 3\nThe answer is 3.", ref) == len("a = 1\n")
+    assert first_departure("x\n", ref) == 0
+    short = "a = 1\nThe answer is 1."
+    assert first_departure(short, ref) == len("a = 1\n")  # runs out first: its reasoning end
+    longer = "a = 1\nb = 2\nc = 3\nThe answer is 3."
+    assert first_departure(longer, ref) == len("a = 1\nb = 2\n")
+    traces = [Trace(id="a", prompt="p", response="a = 1\nc = 3", answer="2", solution=ref),
+              Trace(id="b", prompt="p", response="r", answer="2")]
+    deps = departures_from_traces(traces)
+    assert deps.to_dict() == {"a": 6}
+
+
+def test_refdiff_entropy_random_rows_equal_direct_values():
+    scores, labels, deps = synthetic_regime(20)
+    ref = refdiff_baseline(scores, deps.drop("t001"))
+    for tid, g in per_trace(scores, "oracle").items():
+        mine = ref.loc[ref["trace_id"] == tid].sort_values("segment")["score"].to_numpy()
+        if tid == "t001":
+            assert np.isnan(mine).all()
+            continue
+        d = deps[tid]
+        expect = np.where((g["char_start"] <= d) & (d < g["char_end"]), -1.0, 0.0)
+        np.testing.assert_array_equal(mine, expect)
+    ent = entropy_baseline(scores)
+    for tid, g in per_trace(scores, "mc").items():
+        mine = ent.loc[ent["trace_id"] == tid].sort_values("segment")["score"].to_numpy()
+        np.testing.assert_array_equal(mine, -g["mean_entropy"].to_numpy())
+    with pytest.raises(UserError, match="mean_entropy"):
+        entropy_baseline(scores.drop(columns="mean_entropy"))
+    rnd = random_baseline(scores, seed=3)
+    alone = random_baseline(scores.loc[scores["trace_id"] == "t005"], seed=3)
+    np.testing.assert_array_equal(rnd.loc[rnd["trace_id"] == "t005", "score"], alone["score"])
+    other = random_baseline(scores, seed=4)
+    assert not np.allclose(rnd["score"], other["score"])
+
+
+def naive_position_length(scores: pd.DataFrame, reference: str, tid: str) -> np.ndarray:
+    ref = per_trace(scores, reference)
+    outcome = scores.dropna(subset=["outcome"]).groupby("trace_id")["outcome"].first()
+    k = len(ref[tid])
+    out = []
+    for s in range(k):
+        same = [g["score"].iloc[s] for o, g in ref.items()
+                if o != tid and len(g) == k and outcome[o] == outcome[tid]]
+        anyo = [g["score"].iloc[s] for o, g in ref.items() if o != tid and len(g) == k]
+        out.append(np.mean(same) if same else np.mean(anyo) if anyo else np.nan)
+    return np.asarray(out)
+
+
+def test_position_length_equals_leave_one_trace_out_means_per_length():
+    scores, _, _ = synthetic_regime(40, seed=1, ks=(3, 4, 4, 5, 7))
+    scores["outcome"] = scores["trace_id"].map(
+        scores.dropna(subset=["outcome"]).groupby("trace_id")["outcome"].first())
+    base = position_length_baseline(scores, "mc")
+    for tid in scores["trace_id"].unique():
+        got = base.loc[base["trace_id"] == tid].sort_values("segment")["score"].to_numpy()
+        expect = naive_position_length(scores, "mc", tid)
+        known = np.isfinite(expect)
+        np.testing.assert_allclose(got[known], expect[known], atol=1e-12)
+    # the only trace with 7 segments falls back to the relative-position baseline
+    assert np.isfinite(base["score"]).all()
+
+
+def test_compare_reports_every_cheap_baseline_as_a_row(tmp_path):
+    from cotcredit.report.compare import analyse
+
+    scores, labels, deps = synthetic_regime(40, seed=5)
+    scores = scores.assign(outcome=scores["trace_id"].map(
+        labels.set_index("trace_id")["correct"].astype(float)))
+    result = analyse(scores, baselines="position,position-length,entropy,random", n_boot=100)
+    assert result.correlations.baselines == ["position", "position-length", "entropy", "random"]
+    loc = result.localization
+    offsets = labels.set_index("trace_id")["error_char"]
+    for name, rows in (("entropy", entropy_baseline(scores)),
+                       ("random", random_baseline(scores, 0))):
+        hits = []
+        for tid, g in rows.groupby("trace_id"):
+            off = offsets[tid]
+            if off < 0:
+                continue
+            g = g.sort_values("segment")
+            inside = ((g["char_start"] <= off) & (off < g["char_end"])).to_numpy()
+            low = (g["score"] == g["score"].min()).to_numpy()
+            hits.append(float(low[inside][0]) / low.sum())
+        assert loc.value(name, "top1") == pytest.approx(np.mean(hits))
+    with pytest.raises(UserError, match="refdiff: needs the traces"):
+        analyse(scores, baselines="refdiff", n_boot=10)
+
+
+def test_compare_refdiff_and_entropy_from_the_traces_file(tmp_path, capsys):
+    import json
+
+    from conftest import run_cli
+
+    scores, labels, _ = synthetic_regime(10, seed=6)  # a report per trace: kept small
+    scores = scores.loc[scores["method"].isin(["rredcot", "mc"])]
+    table = tmp_path / "scores.parquet"
+    scores.to_parquet(table)
+    lines = []
+    for tid, g in scores.loc[scores["method"] == "mc"].groupby("trace_id"):
+        response = "".join(g.sort_values("segment")["text"]) + "The answer is 1."
+        solution = "".join(f"step {i}\n" for i in range(len(g))) + "The answer is 1."
+        lines.append({"id": tid, "prompt": "p", "response": response, "answer": "1",
+                      "solution": solution})
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "report"
+    code, _, err = run_cli(["compare", "--scores", table, "--baselines", "refdiff,entropy",
+                            "--explorer-traces", traces, "--bootstrap", "50", "-o", out,
+                            "--no-explorer", "-q"], capsys)
+    assert code == 0, err
+    loc = pd.read_parquet(out / "localization.parquet").set_index(["method", "statistic"])
+    offsets = labels.set_index("trace_id")["error_char"]
+    direct = {"refdiff": [], "entropy": []}
+    for x in lines:
+        off = offsets[x["id"]]
+        if off < 0:
+            continue
+        dep = first_departure(x["response"], x["solution"])
+        g = scores.loc[(scores["method"] == "mc") & (scores["trace_id"] == x["id"])]
+        g = g.sort_values("segment")
+        inside = ((g["char_start"] <= off) & (off < g["char_end"])).to_numpy()
+        for name, score in (("refdiff", np.where((g["char_start"] <= dep) & (dep < g["char_end"]),
+                                                  -1.0, 0.0)),
+                            ("entropy", -g["mean_entropy"].to_numpy())):
+            low = score == score.min()
+            direct[name].append(float(low[inside][0]) / low.sum())
+    for name, hits in direct.items():
+        assert loc.loc[(name, "top1"), "value"] == pytest.approx(np.mean(hits))
+    assert loc.loc[("refdiff", "top1"), "value"] == 1.0  # every error departs from the reference
+    code, _, err = run_cli(["compare", "--scores", table, "--baselines", "refdiff", "-o", out,
+                            "-q"], capsys)
+    assert code == 2 and "refdiff: needs the traces" in err and len(err.strip().splitlines()) == 1

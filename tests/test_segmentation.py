@@ -5,6 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cotcredit.data.trace import Trace
 from cotcredit.errors import UserError
 from cotcredit.lm import Scorer
 from cotcredit.segmentation import (
@@ -16,7 +17,6 @@ from cotcredit.segmentation import (
     segmentation_from_rows,
     step_segmentation,
 )
-from cotcredit.traces import Trace
 
 RESPONSE = (
     "Let me think step by step.\nApples cost 5 dollars. Wait, oranges cost 7.\n"

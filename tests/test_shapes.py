@@ -12,11 +12,14 @@ import pytest
 from conftest import run_cli
 
 import cotcredit
+from cotcredit.data.outcome import trace_outcome
+from cotcredit.data.records import STEP_SEPARATOR
+from cotcredit.data.trace import TraceError
+from cotcredit.data.traces import read_traces
 from cotcredit.errors import UserError
-from cotcredit.outcome import trace_outcome
-from cotcredit.pipeline import InputOptions, with_rendered_prompt
+from cotcredit.pipeline.inputs import InputOptions
+from cotcredit.pipeline.run import with_rendered_prompt
 from cotcredit.segmentation import SegmentOptions
-from cotcredit.traces import STEP_SEPARATOR, TraceError, read_traces
 
 PROBLEM = "What is 3 + 4?"
 GOOD = "<think>First, 3 + 4.\nSo 3 + 4 = 7.</think>\nThe final answer is $\\boxed{7}$."
@@ -305,8 +308,8 @@ def test_a_folder_without_data_is_one_line(tmp_path):
 def test_default_reading_keeps_the_run_key_fields():
     """Tables keyed before chat turns, generation lists and steps were read keep their run key
     when read the default way; a preset is a different reading (a different key)."""
-    from cotcredit.pipeline import fields_spec
-    from cotcredit.traces import FieldNames
+    from cotcredit.data.fields import FieldNames
+    from cotcredit.pipeline.run import fields_spec
 
     assert fields_spec(FieldNames()) == {
         "prompt": ("prompt", "question", "problem"),

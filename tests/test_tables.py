@@ -21,9 +21,11 @@ import pytest
 from conftest import run_cli
 from test_robustness import write_traces
 
-from cotcredit import io, tables
 from cotcredit.errors import UserError
-from cotcredit.tables import TableWriter, read_metadata, table_schema
+from cotcredit.store import io, tables
+from cotcredit.store.io import read_metadata
+from cotcredit.store.schema import table_schema
+from cotcredit.store.tables import TableWriter
 
 COLUMNS = {"extra": "float64", "count": "int64", "tag": "string", "flag": "bool"}
 SCHEMA = table_schema({"demo": COLUMNS})
@@ -241,7 +243,7 @@ def test_stale_temporaries_of_dead_processes_are_removed(tmp_path):
 
 KILL_SCRIPT = """
 import os, signal, sys
-import cotcredit.tables as T
+import cotcredit.store.tables as T
 from test_tables import SCHEMA, trace_rows
 out, step = sys.argv[1], sys.argv[2]
 w = T.TableWriter(out, {"run_id": "run-a", "note": "test"}, schema=SCHEMA)
@@ -281,7 +283,7 @@ def test_cli_run_killed_during_its_final_compaction_resumes(tiny_model_dir, tmp_
     args = ["segment", str(traces), "--model", str(tiny_model_dir), "-k", "3", "-q"]
     script = textwrap.dedent(f"""
         import os, signal
-        import cotcredit.tables as T
+        import cotcredit.store.tables as T
         T._after_step = lambda s: os.kill(os.getpid(), signal.SIGKILL) if s == "renamed" else None
         from cotcredit.cli import main
         main({[*args, "-o", str(out)]!r})
@@ -367,11 +369,11 @@ def test_duckdb_reads_the_data_files(tmp_path):
 
 def test_tables_of_0_2_are_read_and_resumed(tmp_path):
     """Old tables keep their metadata in `_cotcredit.json`: still read (the ones checked in under
-    examples/ too); a run resuming one moves it to the hidden file, after which `datasets`
+    tests/data/ too); a run resuming one moves it to the hidden file, after which `datasets`
     reads the folder."""
     import datasets
 
-    study = Path(__file__).parents[1] / "examples" / "mc_study" / "mc.parquet"
+    study = Path(__file__).parent / "data" / "mc_study_0_2.parquet"  # written by 0.2
     assert (study / io.LEGACY_META_FILE).exists() and io.is_table_folder(study)
     meta = read_metadata(study)
     assert meta["run_id"] and set(pd.read_parquet(study).run_id) == {meta["run_id"]}
@@ -396,7 +398,7 @@ def test_tables_of_0_2_are_read_and_resumed(tmp_path):
 
 
 def test_stream_stops_reading_at_max_traces(tmp_path):
-    from cotcredit.pipeline import InputOptions, load_traces
+    from cotcredit.pipeline.inputs import InputOptions, load_traces
 
     p = tmp_path / "t.jsonl"
     write_traces(p, 3)
@@ -409,7 +411,7 @@ def test_stream_stops_reading_at_max_traces(tmp_path):
 
 
 def test_rows_go_to_disk_not_to_memory(scorer, traces_file, tmp_path):
-    from cotcredit.pipeline import SEGMENTS, run_analysis
+    from cotcredit.pipeline.run import SEGMENTS, run_analysis
 
     out = tmp_path / "rr.parquet"
     s = run_analysis(traces_file, scorer, methods={"rredcot": None}, outputs={"rredcot": out})
@@ -432,9 +434,9 @@ def test_cost_columns_account_for_every_model_token(scorer, traces_file, tmp_pat
     the scorer ran (each method's column includes the shared pass: what it would cost alone);
     Monte Carlo's forward tokens are its rollouts' prompts, its generated tokens the generator's;
     seconds only in a timed run."""
+    from cotcredit.lm.sampling import get_generator
     from cotcredit.methods.mc import McOptions
-    from cotcredit.pipeline import run_analysis
-    from cotcredit.sampling import get_generator
+    from cotcredit.pipeline.run import run_analysis
 
     outs = {n: tmp_path / f"{n}.parquet" for n in ("segments", "rredcot", "loo", "mc")}
     methods = {"rredcot": None, "loo": None, "mc": McOptions(rollouts=2, max_new_tokens=4)}

@@ -4,8 +4,10 @@ import json
 
 import pytest
 
+from cotcredit.data.fields import FieldNames
+from cotcredit.data.trace import TraceError, reasoning_end
+from cotcredit.data.traces import read_traces
 from cotcredit.errors import UserError
-from cotcredit.traces import FieldNames, TraceError, read_traces, reasoning_end
 
 
 def write(tmp_path, lines, name="t.jsonl"):
@@ -96,7 +98,7 @@ def test_crlf_and_unicode(tmp_path):
 
 
 def test_seen_ids_find_duplicates_across_merges():
-    from cotcredit.traces import SeenIds
+    from cotcredit.data.traces import SeenIds
 
     seen = SeenIds()
     seen.MERGE = 5  # merge into the sorted arrays every 5 ids

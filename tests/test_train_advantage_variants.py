@@ -13,7 +13,7 @@ from cotcredit.training.advantages import (
     shuffled_rewards,
     value_difference_rewards,
 )
-from cotcredit.training.config import RredcotTrainingOptions
+from cotcredit.training.config import CreditOptions, RredcotTrainingOptions
 
 SPANS = [(0, 3), (3, 7), (7, 12), (12, 14)]  # 14 reasoning tokens, then 4 answer tokens
 N = 18
@@ -83,8 +83,9 @@ def test_shuffled_moves_rewards_and_depends_on_seed_and_completion():
 
 
 def test_config_defaults_are_todays_reweighting():
-    options = RredcotTrainingOptions()
-    assert options.terminal_in_weights is True and options.shuffle is False
+    assert RredcotTrainingOptions().terminal_in_weights is True
+    credit = CreditOptions()
+    assert (credit.form, credit.strength, credit.floor) == ("reweight", 3.0, 0.0)
 
 
 def test_trainer_shuffles_each_completion_with_its_key(monkeypatch):
@@ -103,6 +104,7 @@ def test_trainer_shuffles_each_completion_with_its_key(monkeypatch):
     rows = {3: [0.1, 0.2, 0.3, 0.4], 4: [0.5, -0.5, 0.0]}
     t.segment_rewards_fn = lambda p, c: (rows[len(c)], [(i, i + 1) for i in range(len(rows[len(c)]))])
     t.shuffle_seed, t.strength, t.floor, t.rredcot_seconds_total = 5, 3.0, 0.0, 0.0
+    t.form = "reweight"
     t._scoring_examples = None
     t._log_rredcot = lambda *a, **k: None
     t._policy_for_scoring = lambda: __import__("contextlib").nullcontext()

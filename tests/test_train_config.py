@@ -33,12 +33,54 @@ def test_minimal_config_defaults_and_paths_relative_to_the_config(tmp_path):
     assert cfg.output_dir == tmp_path / "runs" / "x"
     assert cfg.eval_file is None and cfg.model is None
     assert cfg.advantage == "rredcot" and cfg.seed == 42
-    assert cfg.rredcot.segments == 8 and cfg.rredcot.value == "rhat"
+    assert cfg.credit.segments == 8 and cfg.rredcot.value == "rhat"
+    assert (cfg.credit.form, cfg.credit.strength, cfg.credit.floor) == ("reweight", 3.0, 0.0)
 
 
 def test_segments_take_a_count_or_lines(tmp_path):
-    assert load_config(write(tmp_path, MINIMAL + "rredcot:\n  segments: lines\n")).rredcot.segments == "lines"
-    assert load_config(write(tmp_path, MINIMAL + "rredcot:\n  segments: 5\n")).rredcot.segments == 5
+    assert load_config(write(tmp_path, MINIMAL + "credit:\n  segments: lines\n")).credit.segments == "lines"
+    assert load_config(write(tmp_path, MINIMAL + "credit:\n  segments: 5\n")).credit.segments == 5
+
+
+def test_older_rredcot_keys_still_load_as_credit_options(tmp_path):
+    text = MINIMAL + "rredcot:\n  segments: lines\n  strength: 2\n  floor: 0.5\n  shuffle: true\n"
+    with pytest.warns(DeprecationWarning, match="moved to credit"):
+        cfg = load_config(write(tmp_path, text))
+    assert (cfg.credit.segments, cfg.credit.strength, cfg.credit.floor) == ("lines", 2.0, 0.5)
+    assert cfg.advantage == "shuffled" and cfg.credit.shuffled == "rredcot"
+    both = MINIMAL + "credit: {strength: 1}\nrredcot: {strength: 2}\n"
+    assert error_of(tmp_path, both) == "rredcot.strength and credit.strength both set: keep credit.strength"
+    assert error_of(tmp_path, MINIMAL + "advantage: grpo\nrredcot: {shuffle: true}\n") == (
+        "rredcot.shuffle needs advantage rredcot; write 'advantage: shuffled' instead")
+
+
+def test_credit_sources_and_their_sections(tmp_path):
+    cfg = load_config(write(tmp_path, MINIMAL + (
+        "advantage: shuffled\ncredit: {form: segment-rewards, shuffled: oracle}\n"
+        "oracle: {regime: multipath}\nmc: {rollouts: 2, max_boundaries: 3}\n")))
+    assert (cfg.advantage, cfg.credit.form, cfg.oracle.regime) == ("shuffled", "segment-rewards",
+                                                                  "multipath")
+    assert (cfg.mc.rollouts, cfg.mc.max_boundaries, cfg.mc.temperature) == (2, 3, None)
+    assert error_of(tmp_path, MINIMAL + "advantage: oracle\n") == (
+        "the oracle credit needs 'oracle.regime' (a bench regime whose checker judges the steps)")
+    assert error_of(tmp_path, MINIMAL + "advantage: oracle\noracle: {regime: nope}\n").startswith(
+        "oracle.regime 'nope' is no bench regime; known: unique, multipath")
+
+
+def test_rredcot_takes_any_rredcot_option(tmp_path):
+    cfg = load_config(write(tmp_path, MINIMAL + (
+        "rredcot: {value: both, space: log, vhat_weight: 0.5, solution-part: whole, "
+        "exit_string: 'So: '}\n")))
+    options = cfg.rredcot.options()
+    assert (options.value, options.space, options.vhat_weight) == ("both", "log", 0.5)
+    assert options.solution_part == "whole" and options.sum_to == "advantage"
+    assert options.forcing.exit_string == "So: "
+    assert error_of(tmp_path, MINIMAL + "rredcot: {spcae: log}\n") == (
+        "rredcot: unknown key 'rredcot.spcae' (did you mean 'rredcot.space'?)")
+    assert error_of(tmp_path, MINIMAL + "rredcot: {sum_to: return}\n") == (
+        "rredcot: 'sum_to' cannot be set here: training redistributes ζ − g_0 "
+        "(sum_to: advantage)")
+    assert error_of(tmp_path, MINIMAL + "rredcot: {space: linear}\n").startswith("rredcot: ")
 
 
 def test_absolute_paths_are_kept(tmp_path):
@@ -50,7 +92,8 @@ def test_round_trip_to_grpo_config(tmp_path):
     text = MINIMAL + (
         "seed: 7\n"
         "advantage: grpo\n"
-        "rredcot:\n  strength: 2.5\n  floor: 0.1\n  exit_string: '</think> Answer: '\n"
+        "credit:\n  strength: 2.5\n  floor: 0.1\n"
+        "rredcot:\n  exit_string: '</think> Answer: '\n"
         "grpo:\n"
         "  num_generations: 4\n  max_completion_length: 64\n  temperature: 0.7\n  beta: 0.04\n"
         "  epsilon: 0.3\n  learning_rate: 1e-5\n  per_device_train_batch_size: 4\n"
@@ -60,7 +103,7 @@ def test_round_trip_to_grpo_config(tmp_path):
         "  extra: {top_p: 0.9, warmup_steps: 2}\n"
     )
     cfg = load_config(write(tmp_path, text))
-    assert cfg.advantage == "grpo" and cfg.rredcot.strength == 2.5 and cfg.rredcot.floor == 0.1
+    assert cfg.advantage == "grpo" and cfg.credit.strength == 2.5 and cfg.credit.floor == 0.1
     assert cfg.grpo.learning_rate == 1e-5  # YAML reads 1e-5 as a string; pydantic parses it
     args = to_grpo_config(cfg)
     assert args.output_dir == str(tmp_path / "runs" / "x") and args.seed == 7
@@ -85,8 +128,8 @@ def test_omitted_grpo_options_keep_trl_defaults(tmp_path):
 
 
 def test_empty_sections_mean_defaults(tmp_path):
-    cfg = load_config(write(tmp_path, MINIMAL + "rredcot:\ngrpo:\n"))
-    assert cfg.rredcot.segments == 8 and cfg.grpo.num_generations is None
+    cfg = load_config(write(tmp_path, MINIMAL + "rredcot:\ncredit:\ngrpo:\n"))
+    assert cfg.credit.segments == 8 and cfg.grpo.num_generations is None
 
 
 @pytest.mark.parametrize(
@@ -97,10 +140,10 @@ def test_empty_sections_mean_defaults(tmp_path):
             "grpo:\n  learnig_rate: 1\n",
             "unknown key 'grpo.learnig_rate' (did you mean 'grpo.learning_rate'?)",
         ),
-        ("segmnets: 4\n", "unknown key 'segmnets' (did you mean 'rredcot.segments'?)"),
+        ("segmnets: 4\n", "unknown key 'segmnets' (did you mean 'credit.segments'?)"),
         (
-            "rredcot:\n  strenght: 1\n",
-            "unknown key 'rredcot.strenght' (did you mean 'rredcot.strength'?)",
+            "credit:\n  strenght: 1\n",
+            "unknown key 'credit.strenght' (did you mean 'credit.strength'?)",
         ),
         ("sed: 1\n", "unknown key 'sed' (did you mean 'seed'?)"),
         ("zzz: 1\n", "unknown key 'zzz'"),
@@ -109,25 +152,29 @@ def test_empty_sections_mean_defaults(tmp_path):
             "unknown key 'grpo.top_p': TRL option not listed here; put it under 'grpo.extra'",
         ),
         ("grpo:\n  temperature: 0\n", "grpo.temperature: must be > 0 (got 0)"),
-        ("rredcot:\n  segments: 0\n",
-         "rredcot.segments: must be a positive integer or 'lines' (got 0)"),
-        ("rredcot:\n  segments: line\n",
-         "rredcot.segments: must be a positive integer or 'lines' (got 'line')"),
-        ("rredcot:\n  segments: 2.5\n",
-         "rredcot.segments: must be a positive integer or 'lines' (got 2.5)"),
+        ("credit:\n  segments: 0\n",
+         "credit.segments: must be a positive integer or 'lines' (got 0)"),
+        ("credit:\n  segments: line\n",
+         "credit.segments: must be a positive integer or 'lines' (got 'line')"),
+        ("credit:\n  segments: 2.5\n",
+         "credit.segments: must be a positive integer or 'lines' (got 2.5)"),
+        ("credit:\n  form: rudder\n",
+         "credit.form: must be 'reweight' or 'segment-rewards' (got 'rudder')"),
         ("grpo:\n  num_generations: 1\n", "grpo.num_generations: must be >= 2 (got 1)"),
         ("grpo:\n  num_generations: 2.5\n", "grpo.num_generations: must be an integer (got 2.5)"),
         ("grpo:\n  learning_rate: fast\n", "grpo.learning_rate: must be a number (got 'fast')"),
         ("grpo:\n  use_vllm: maybe\n", "grpo.use_vllm: must be true or false (got 'maybe')"),
         ("grpo:\n  report_to: 5\n", "grpo.report_to: must be a string (got 5)"),
         ("grpo: 3\n", "grpo: must be a mapping (key: value lines) (got 3)"),
-        ("advantage: rudder\n", "advantage: must be 'grpo' or 'rredcot' (got 'rudder')"),
+        ("advantage: rudder\n",
+         "advantage: must be 'grpo', 'rredcot', 'mc', 'oracle' or 'shuffled' (got 'rudder')"),
+        ("mc:\n  rollouts: 0\n", "mc.rollouts: must be >= 1 (got 0)"),
         (
             "rredcot:\n  value: qhat\n",
             "rredcot.value: must be 'rhat', 'vhat' or 'both' (got 'qhat')",
         ),
-        ("rredcot:\n  floor: 1.5\n", "rredcot.floor: must be <= 1 (got 1.5)"),
-        ("rredcot:\n  strength: .inf\n", "rredcot.strength: must be a finite number (got inf)"),
+        ("credit:\n  floor: 1.5\n", "credit.floor: must be <= 1 (got 1.5)"),
+        ("credit:\n  strength: .inf\n", "credit.strength: must be a finite number (got inf)"),
         ("model: 5\n", "model: must be a string (got 5)"),
     ],
 )

@@ -16,12 +16,12 @@ import torch
 import trl  # noqa: F401  (a hard dependency: a broken install must fail here, not skip)
 from conftest import run_cli
 
-from cotcredit.encoding import token_offsets  # noqa: E402
+from cotcredit.data.trace import Trace
 from cotcredit.lm import ModelOptions, Scorer  # noqa: E402
+from cotcredit.lm.encoding import token_offsets
 from cotcredit.methods.base import TraceContext  # noqa: E402
 from cotcredit.methods.rredcot import RredcotOptions, estimate, redistribute_rewards  # noqa: E402
 from cotcredit.segmentation import segment_encoded  # noqa: E402
-from cotcredit.traces import Trace  # noqa: E402
 from cotcredit.training.config import load_config  # noqa: E402
 from cotcredit.training.metrics import plot_reward_curves, read_metrics  # noqa: E402
 from cotcredit.training.run import prompt_field, prompt_ids, train  # noqa: E402
@@ -40,7 +40,7 @@ train_file: train.jsonl
 eval_file: eval.jsonl
 output_dir: {out}
 advantage: {mode}
-rredcot:
+credit:
   segments: 3
 grpo:
   num_generations: 2
@@ -265,8 +265,8 @@ def test_token_offsets_of_non_canonical_tokenizations(policy):
 @pytest.mark.parametrize(
     ("replace", "message"),
     [
-        ({"advantage: grpo": "advantage: rudder"}, "advantage: must be 'grpo' or 'rredcot'"),
-        ({"  segments: 3": "  segmnets: 3"}, "unknown key 'rredcot.segmnets'"),
+        ({"advantage: grpo": "advantage: rudder"}, "advantage: must be 'grpo', 'rredcot', 'mc'"),
+        ({"  segments: 3": "  segmnets: 3"}, "unknown key 'credit.segmnets'"),
         ({"eval:\n": "evaluation:\n"}, "unknown key 'evaluation'"),
         ({"  max_new_tokens: 4": "  max_new_tokens: 0"}, "eval.max_new_tokens: must be >= 1"),
         ({"train_file: train.jsonl": "train_file: nope.jsonl"}, "nope.jsonl: no such file"),
@@ -365,7 +365,7 @@ def test_segment_rewards_redistribute_the_configured_rewards_total(tmp_path, tin
                                                                    monkeypatch):
     """ζ is the total of the reward functions TRL summed (correctness + extra), per completion,
     and every completion's segment rewards sum to ζ − g_0."""
-    from cotcredit.online import OnlineRredcot
+    from cotcredit.training.online import OnlineRredcot
     from cotcredit.training.run import correct
 
     seen = []

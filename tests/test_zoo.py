@@ -15,14 +15,14 @@ import pytest
 import torch
 import transformers as tf
 
+from cotcredit.data.trace import Trace
 from cotcredit.errors import UserError
-from cotcredit.forcing import ForcingOptions, answer_forcing
 from cotcredit.lm import Scorer
+from cotcredit.lm.forcing import ForcingOptions, answer_forcing
 from cotcredit.methods.attribution import ValueFunction
 from cotcredit.methods.base import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions, estimate, solution_probes
 from cotcredit.segmentation import SegmentOptions, segment_encoded
-from cotcredit.traces import Trace
 
 WINDOW = 16
 TRACE = Trace(
@@ -189,11 +189,11 @@ def test_attention_without_masks_switches_to_sdpa_for_packed_passes(tokenizer):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_rows_leaving_the_batch_change_no_rollout(family, tokenizer, monkeypatch):
-    """Finished rows leave the batch (and its KV cache) between decoding chunks: every sampled
-    completion equals the one decoded in a single `generate` call with all rows kept, on every
-    family, sliding-window caches past their window included."""
-    from cotcredit import sampling
+def test_rows_joining_and_leaving_slots_change_no_rollout(family, tokenizer, monkeypatch):
+    """Rows leave their slot the step they end and the next row takes it; the shared cache
+    frame is rebuilt when its columns run out. Every sampled completion equals the one decoded
+    alone (one slot), on every family, sliding-window models past their window included."""
+    from cotcredit.lm import SamplingOptions, sampling, slots
 
     scorer = _scorer(family, tokenizer)
     gen = sampling.HFGenerator(scorer.model, tokenizer)
@@ -201,14 +201,23 @@ def test_rows_leaving_the_batch_change_no_rollout(family, tokenizer, monkeypatch
     gen.stop_ids = sorted(set(gen.stop_ids) | set(range(3, len(tokenizer), 5)))
     prompts = [tokenizer(t)["input_ids"] for t in
                ("Apples cost 5 dollars and oranges 7.", "So 5 + 7 = 12, and then", "Hi")]
-    opts = sampling.SamplingOptions(n=6, temperature=1.0, max_new_tokens=40, seed=3)
 
-    def run(chunk: int):
-        monkeypatch.setattr(sampling, "_DECODE_CHUNK", chunk)
+    rebuilt: list[bool] = []  # per rebuild: whether the columns had run out
+    compact = slots.SlotCache.compact
+    monkeypatch.setattr(slots.SlotCache, "compact",
+                        lambda self, *a: (rebuilt.append(self.full()), compact(self, *a))[1])
+
+    def run(batch_size: int, spare: int = slots.SPARE_COLUMNS):
+        monkeypatch.setattr(slots, "SPARE_COLUMNS", spare)
+        rebuilt.clear()
+        opts = SamplingOptions(n=10, temperature=1.0, max_new_tokens=40, seed=3,
+                               batch_size=batch_size)
         return [[(c.token_ids, c.finish_reason) for c in cs] for cs in gen.generate(prompts, opts)]
 
-    chunked, whole = run(4), run(10_000)
-    assert chunked == whole
-    lengths = [len(t) for cs in whole for t, _ in cs]
-    # Rows stopped in different chunks while others went on: the drop path really ran.
-    assert len({n // 4 for n in lengths}) >= 3, lengths
+    alone = run(1)
+    assert run(4) == alone  # rows join slots that others left
+    assert run(2, spare=1) == alone and any(rebuilt)  # the frame rebuilt when it ran out
+    assert run(30) == alone and rebuilt  # all rows at once; idle slots dropped at the end
+    lengths = [len(t) for cs in alone for t, _ in cs]
+    # Rows ended at different steps while others went on: slots really changed hands.
+    assert len(set(lengths)) >= 4, lengths

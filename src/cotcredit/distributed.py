@@ -41,6 +41,7 @@ class Processes:
 
     @property
     def main(self) -> bool:
+        """Whether this is the main process (rank 0), which writes and reports for the run."""
         return self.index == 0
 
     def takes(self, trace_id: str) -> bool:

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
-import tomllib
 import yaml
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package (a dependency there)
+    import tomli as tomllib
 
 from cotcredit.errors import UserError
 

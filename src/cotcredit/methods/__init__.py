@@ -1,31 +1,73 @@
-"""The method registry: every module in this package that defines `SPEC` is a method.
+"""The method registry: every module in this package that defines `SPEC` is a method, and so
+is every `MethodSpec` a package outside cotcredit registers through the entry point group
+``cotcredit.methods``.
 
-Adding a method means adding one file here with a `run(ctx, options)` function and a `SPEC`.
+Adding a method means adding one file with a `run(ctx, options)` function and a `SPEC` (see
+`base.MethodSpec`): here, or in any installed package that declares it, e.g. in its
+pyproject.toml::
+
+    [project.entry-points."cotcredit.methods"]
+    mymethod = "mypackage.mymethod:SPEC"
+
+It then runs in `compare`, through `cotcredit.score`, and (with a `MethodCommand`) gets its own
+command; nothing else changes.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import pkgutil
+import warnings
+from collections.abc import Sequence
 
 from cotcredit.errors import UserError
-from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
+from cotcredit.methods.base import MethodCommand, MethodRows, MethodSpec, TraceContext
+
+#: The entry point group of methods defined outside cotcredit.
+ENTRY_POINTS = "cotcredit.methods"
 
 __all__ = [
+    "ENTRY_POINTS",
+    "MethodCommand",
     "MethodRows",
     "MethodSpec",
     "TraceContext",
     "get_method",
     "label_to_method",
     "method_order",
+    "parse_methods",
+    "plugin_specs",
     "registry",
+    "shared_command",
 ]
 
 _REGISTRY: dict[str, MethodSpec] | None = None
 
 
+def plugin_specs() -> list[MethodSpec]:
+    """The specs registered under the entry point group `ENTRY_POINTS` (an entry point names a
+    `MethodSpec`, or a module holding one as `SPEC`). One that fails to load is left out with
+    a warning naming it: a broken package must not break every command."""
+    found = []
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINTS):
+        try:
+            spec = ep.load()
+        except Exception as e:  # noqa: BLE001  (any error of someone else's package)
+            warnings.warn(f"method {ep.name} ({ep.value}) did not load: {e}", stacklevel=2)
+            continue
+        spec = getattr(spec, "SPEC", spec)
+        if not isinstance(spec, MethodSpec):
+            warnings.warn(f"method {ep.name} ({ep.value}) is not a MethodSpec", stacklevel=2)
+            continue
+        found.append(spec)
+    return found
+
+
 def registry() -> dict[str, MethodSpec]:
-    """Name -> spec of every available method (discovered once)."""
+    """Name -> spec of every available method, in display order (discovered once): the
+    modules of this package, then those of entry points (a name taken already is skipped,
+    with a warning)."""
     global _REGISTRY
     if _REGISTRY is None:
         found: dict[str, MethodSpec] = {}
@@ -36,6 +78,12 @@ def registry() -> dict[str, MethodSpec]:
             spec = getattr(module, "SPEC", None)
             if isinstance(spec, MethodSpec):
                 found[spec.name] = spec
+        for spec in plugin_specs():
+            if spec.name in found:
+                warnings.warn(f"method {spec.name} of an entry point is taken already; left "
+                              "out", stacklevel=2)
+                continue
+            found[spec.name] = spec
         _REGISTRY = dict(sorted(found.items(), key=lambda kv: (kv[1].order, kv[0])))
     return _REGISTRY
 
@@ -59,6 +107,23 @@ def label_to_method(label: str) -> str | None:
         if label.startswith(name + "-"):
             return name
     return None
+
+
+def parse_methods(methods: str | Sequence[str]) -> list[str]:
+    """Method names from ``"a,b"`` or a list, blanks and repeats dropped; at least one."""
+    names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else list(methods)
+    names = list(dict.fromkeys(n for n in names if n))
+    if not names:
+        raise UserError("--methods: name at least one method")
+    return names
+
+
+def shared_command(name: str) -> bool:
+    """Whether method `name`'s command is shared with other methods (chosen with --method)."""
+    command = registry()[name].command
+    return command is not None and sum(
+        s.command is not None and s.command.name == command.name for s in registry().values()
+    ) > 1
 
 
 def method_order(labels) -> list[str]:

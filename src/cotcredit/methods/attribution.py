@@ -6,7 +6,7 @@ Every attribution method scores the same scalar, a function of a coalition S of 
            [+ log Σ_{t ∈ T} p(t | ... ⊕ Y*)]
 
 with E the answer-forcing exit string and Y* the reference answer exactly as in
-`cotcredit.forcing` (and RREDCoT's R̂): when E ends inside `\\boxed{`, the mass T of every token
+`cotcredit.lm.forcing` (and RREDCoT's R̂): when E ends inside `\\boxed{`, the mass T of every token
 starting with "}" after Y* is added so "4" is not credited for "42". f(all) is R̂_K of RREDCoT.
 
 Absence is deletion: the tokens of an absent segment are removed through its token offsets
@@ -35,15 +35,32 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
-from cotcredit.forcing import ForcingOptions, answer_forcing, resolved
-from cotcredit.methods.base import TraceContext
+from cotcredit.lm.forcing import ForcingOptions, answer_forcing, resolved
+from cotcredit.lm.passes import Continuation
+from cotcredit.methods.base import MethodCommand, TraceContext
 from cotcredit.options import check_choices, option
 
 if TYPE_CHECKING:  # numpy and torch load with the model (keeps `--help` fast)
     import numpy as np
     import torch
 
-    from cotcredit.lm import Continuation, Scorer
+    from cotcredit.lm import Scorer
+
+
+#: The command of loo, shapley and gradient: one table of the methods chosen with --method.
+ATTRIBUTE = MethodCommand(
+    name="attribute",
+    help="""Attribute f = log p(Y* | prompt + reasoning + E) to the reasoning segments.
+
+A segment is absent by deletion of its tokens (or replacement by --baseline-text). loo:
+f(all) - f(all but k), positive = the segment helped the answer. shapley: Shapley values
+of the segments (they sum to f(all) - f(none)). gradient: captum attributions on the input
+embeddings, summed per segment (signed), with their L2 norm and the IG convergence delta.""",
+    default_output="attr.parquet",
+    method_help="Comma-separated: loo (f(all) - f(all but k)), shapley (Shapley values), "
+    "gradient (captum on input embeddings). All write into one table.",
+    default_methods="loo,shapley",
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +80,7 @@ class TargetOptions:
     )
 
     def validate(self) -> TargetOptions:
+        """Check the options (a one-line UserError naming the flag); returns self."""
         check_choices(self)
         if self.baseline_text is not None and self.baseline_text == "":
             raise UserError("--baseline-text must not be empty (omit it to delete absent segments)")
@@ -136,8 +154,6 @@ class ValueFunction:
 
     def continuation(self, mask: Sequence[bool]) -> Continuation:
         """The coalition as a continuation of the trace after its first absent segment."""
-        from cotcredit.lm import Continuation
-
         mask = [bool(m) for m in mask]
         n_target = self.n_target
         if all(mask):
@@ -197,6 +213,7 @@ class ValueFunction:
             self._recording = [r for r in self._recording if r is not seen]
 
     def value(self, mask: Sequence[bool]) -> float:
+        """f(S) of one coalition (a 0/1 mask over the K segments)."""
         return float(self([[bool(m) for m in mask]])[0])
 
     @property

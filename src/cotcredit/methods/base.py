@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # (the model stack loads with the model: keeps `--help` fast)
-    from cotcredit.encoding import EncodedTrace
     from cotcredit.lm import Scorer, TracePass
+    from cotcredit.lm.encoding import EncodedTrace
     from cotcredit.segmentation import Segmentation
 
 
@@ -29,6 +29,7 @@ class TraceContext:
 
     @property
     def trace(self):
+        """The trace being scored."""
         return self.encoded.trace
 
     def prefix_len(self, boundary: int) -> int:
@@ -40,8 +41,40 @@ MethodRows = dict[str, list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
+class MethodCommand:
+    """A command of the command line that writes method tables, made from the specs that name
+    it: ``cotcredit NAME TRACES -o OUTPUT`` with the options of its methods.
+
+    A command of one method takes ``--label`` (the rows' method label); a command shared by
+    several methods (``attribute``: loo, shapley, gradient) takes ``--method``, a comma-separated
+    choice among them, and writes them into one table.
+    """
+
+    name: str  # the command, e.g. "redistribute"
+    help: str  # its --help text; the first sentence is its line in `cotcredit --help`
+    default_output: str  # the table it writes by default, e.g. "rredcot.parquet"
+    show: str = "scores"  # what --show prints of one trace ("rewards", "values", "scores")
+    method_help: str = ""  # shared command: the help of --method
+    default_methods: str = ""  # shared command: the default of --method, e.g. "loo,shapley"
+
+    def hint(self, method: str, shared: bool) -> str:
+        """How to make `method`'s table on the command line (for messages)."""
+        return f"cotcredit {self.name} TRACES" + (f" --method {method}" if shared else "")
+
+
+def _no_hook(options: Any) -> None:
+    """A hook that does nothing."""
+
+
+@dataclass(frozen=True)
 class MethodSpec:
-    """A registered method: its name, output labels, options type and scoring function."""
+    """A registered method: what it estimates, its options, how it runs on one trace, and what
+    the command line and the report need to know of it.
+
+    Only `name`, `options_type`, `run` and `labels` are required. A method file defines one
+    `SPEC`; a package outside cotcredit registers one through the entry point group
+    ``cotcredit.methods`` (see `cotcredit.methods.registry`).
+    """
 
     name: str
     options_type: type
@@ -55,23 +88,37 @@ class MethodSpec:
     columns: dict[str, str] = field(default_factory=dict)
     order: int = 100  # position in reports and listings (lower first)
     all_labels: tuple[str, ...] = ()  # every label the method can write (default: its name)
-    # The command that writes this method's table and its default output name, e.g.
-    # ("redistribute", "rredcot.parquet"); "TRACES" stands for the traces file.
-    command: str = ""
-    default_output: str = ""
-    # Once per run, before the first trace: options with everything the run decides filled in
-    # (e.g. the exit string chosen from the model), so the table metadata records it.
+    # The command that writes this method's table (None: the method runs through `compare`
+    # and the Python API only).
+    command: MethodCommand | None = None
     # Options `compare` offers as flags of its own: {flag name: option field}, e.g.
     # {"rollouts": "rollouts"} gives `compare --rollouts`.
     shortcuts: dict[str, str] = field(default_factory=dict)
+    # Once per run, before the first trace: options with everything the run decides filled in
+    # (e.g. the exit string chosen from the model), so the table metadata records it.
     prepare: Callable[[Scorer, Any], Any] = lambda scorer, options: options
     # Once per run, after the last trace (also after an error): close what the method opened.
-    finish: Callable[[Any], None] = lambda options: None
+    finish: Callable[[Any], None] = _no_hook
     # Whether the method reads the one forward pass over the trace that every method of a run
     # shares (its cache, log-probs, entropies): if so, that pass counts in the method's cost,
     # since a run of this method alone pays for it.
     uses_trace_pass: bool = True
+    # The columns `--show` prints of one trace (empty: the score of each row label).
+    show: tuple[str, ...] = ()
+    # (before, after) columns of a value-based method (the value at the segment's start and
+    # end): the report correlates their differences (`cotcredit.report.credit`).
+    value_columns: tuple[str, str] | None = None
+    # What the command prints after a run (e.g. a table), from (run summary, row label,
+    # options); None prints nothing.
+    summary: Callable[[Any, str, Any], Any] | None = None
+    # What `overwrite=True` replaces besides the output table (mc: its rollouts table).
+    overwrite: Callable[[Any], None] = _no_hook
 
     def __post_init__(self) -> None:
         if not self.all_labels:
             object.__setattr__(self, "all_labels", (self.name,))
+
+    @property
+    def default_output(self) -> str:
+        """The table its command writes by default ("" without a command)."""
+        return self.command.default_output if self.command else ""

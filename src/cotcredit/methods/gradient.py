@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
-from cotcredit.methods.attribution import EmbeddingTarget, TargetOptions, resolve_target
+from cotcredit.methods.attribution import ATTRIBUTE, EmbeddingTarget, TargetOptions, resolve_target
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import option
 
@@ -59,6 +59,7 @@ class GradientOptions:
     )
 
     def validate(self) -> GradientOptions:
+        """Check the options (a one-line UserError naming the flag); returns self."""
         self.target.validate()
         bad = [k for k in self.kinds if k not in KINDS]
         if bad or not self.kinds:
@@ -160,6 +161,5 @@ SPEC = MethodSpec(
     order=4,
     all_labels=tuple(f"gradient-{k}" for k in KINDS),
     prepare=resolve_target,
-    command="cotcredit attribute TRACES --method gradient",
-    default_output="attr.parquet",
+    command=ATTRIBUTE,
 )

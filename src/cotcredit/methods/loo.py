@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cotcredit.methods.attribution import TargetOptions, resolve_target, value_function
+from cotcredit.methods.attribution import ATTRIBUTE, TargetOptions, resolve_target, value_function
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import option
 
@@ -32,6 +32,7 @@ class LooOptions:
     target: TargetOptions = option(default_factory=TargetOptions, help="What is attributed.")
 
     def validate(self) -> LooOptions:
+        """Check the options (a one-line UserError naming the flag); returns self."""
         self.target.validate()
         return self
 
@@ -59,6 +60,8 @@ def run(ctx: TraceContext, options: LooOptions) -> MethodRows:
 
 
 def reserve(scorer, trace, options: LooOptions) -> int:
+    """Context kept free after the trace: the longest perturbed continuation's target (E ⊕ Y*, plus
+    a baseline text)."""
     extra = (
         len(scorer.encode_text(options.target.baseline_text)) if options.target.baseline_text else 0
     )
@@ -75,6 +78,5 @@ SPEC = MethodSpec(
     columns={"value_full": "float64", "value_without": "float64"},
     order=2,
     prepare=resolve_target,
-    command="cotcredit attribute TRACES --method loo",
-    default_output="attr.parquet",
+    command=ATTRIBUTE,
 )

@@ -36,7 +36,7 @@ in the boundary index, so the credit V_b − V_a of a span of segments a+1..b is
 over its segments; their rows say `interpolated` = True (their end was not scored: stderr NaN,
 counts 0). Σ credits is still V_K − V_0.
 
-Cost: all N·(K+1) rollouts of a trace go to the generator in one call (see `generation.py`:
+Cost: all N·(K+1) rollouts of a trace go to the generator in one call (see `cotcredit.lm.sampling`:
 batched, shared prefill per state, prefix caching under vLLM). Each row (per segment) carries
 score_half_a, score_half_b, value_before, value_after (V at its start and end), stderr (of
 value_after), n_rollouts, n_correct, n_truncated (of its end boundary) and the trace totals
@@ -50,16 +50,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from cotcredit import grading
+from cotcredit.data import grading
 from cotcredit.errors import UserError
-from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
+from cotcredit.lm.generation import SamplingSettings
+from cotcredit.lm.sampling import get_generator
+from cotcredit.methods.base import MethodCommand, MethodRows, MethodSpec, TraceContext
 from cotcredit.options import option
-from cotcredit.sampling import SamplingSettings, get_generator
+from cotcredit.store import io
 
 if TYPE_CHECKING:  # pyarrow loads with the first table (keeps `--help` fast)
     import pyarrow as pa
 
-    from cotcredit.tables import TableWriter
+    from cotcredit.store.tables import TableWriter
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class McOptions(SamplingSettings):
     )
 
     def validate(self) -> McOptions:
+        """Check the options (a one-line UserError naming the flag); returns self."""
         if self.rollouts < 1:
             raise UserError(f"--rollouts must be at least 1, got {self.rollouts}")
         self.check_sampling(self.rollouts)
@@ -246,7 +249,8 @@ _WRITERS: dict[str, TableWriter] = {}
 
 
 def rollouts_run_key(ctx: TraceContext, options: McOptions) -> str:
-    from cotcredit.tables import run_key
+    """The run key of a rollouts table: the model and every mc option that changes rollouts."""
+    from cotcredit.store.schema import run_key
 
     opts = {k: v for k, v in asdict(options).items() if k not in McOptions.NOT_IN_RUN_KEY}
     return run_key({"model": ctx.scorer.run_identity(), "mc": opts, "table": "rollouts"})
@@ -254,7 +258,7 @@ def rollouts_run_key(ctx: TraceContext, options: McOptions) -> str:
 
 def save_rollouts(ctx: TraceContext, options: McOptions, rollouts: list[Rollout]) -> None:
     """Append one trace's rollouts to the table `options.save_rollouts` (resumable)."""
-    from cotcredit.tables import TableWriter
+    from cotcredit.store.tables import TableWriter
     from cotcredit.version import __version__
 
     key = rollouts_run_key(ctx, options)
@@ -280,8 +284,51 @@ def finish(options: McOptions) -> None:
 
 
 def reserve(scorer, trace, options: McOptions) -> int:
+    """Context kept free after the trace: the tokens a rollout may generate."""
     return options.max_new_tokens
 
+
+def summary_table(run, label: str, options: McOptions):
+    """What `cotcredit mc-baseline` prints after a run: traces, rollouts, how many were cut off
+    and how they count, mean V_0 and V_K (a rich Table; None when no trace was scored)."""
+    from rich.table import Table
+
+    columns = ["trace_id", "segment", "value_before", "value_after", "trace_rollouts",
+               "trace_truncated"]
+    first, last = {}, {}
+    for r in run.read_rows(label, columns=columns):
+        first.setdefault(r["trace_id"], r)
+        last[r["trace_id"]] = r
+    if not first:
+        return None
+    n = sum(r["trace_rollouts"] for r in first.values())
+    cut = sum(r["trace_truncated"] for r in first.values())
+    table = Table(title="mc-baseline")
+    for c in ("traces", "rollouts", "truncated", "policy", "mean V_0", "mean V_K"):
+        table.add_column(c, justify="right")
+    v0 = [r["value_before"] for r in first.values()]
+    vk = [r["value_after"] for r in last.values()]
+    table.add_row(str(len(first)), str(n), f"{cut} ({cut / n:.1%})" if n else "0",
+                  options.truncated, f"{sum(v0) / len(v0):.3f}", f"{sum(vk) / len(vk):.3f}")
+    return table
+
+
+def remove_rollouts(options: McOptions) -> None:
+    """With `overwrite`, the rollouts table (`save_rollouts`) is replaced too."""
+    if options.save_rollouts and Path(options.save_rollouts).exists():
+        io.remove_table(options.save_rollouts)
+
+
+MC_BASELINE = MethodCommand(
+    name="mc-baseline",
+    help="""Monte Carlo values: from every segment boundary sample N completions and grade them.
+
+V_k = fraction of the N rollouts from state s_k (prompt + segments 1..k) whose final answer
+matches the reference (math-verify), stderr = sqrt(V_k (1 - V_k) / N); the credit of segment
+k is V_k - V_(k-1), so a trace's credits sum to V_K - V_0.""",
+    default_output="mc.parquet",
+    show="values",
+)
 
 SPEC = MethodSpec(
     name="mc",
@@ -292,9 +339,12 @@ SPEC = MethodSpec(
     description="Monte Carlo values V_k from N graded rollouts per boundary; credit V_k − V_(k−1)",
     columns={"score_half_a": "float64", "score_half_b": "float64", "value_before": "float64", "value_after": "float64", "stderr": "float64", "n_rollouts": "int64", "n_correct": "int64", "n_truncated": "int64", "interpolated": "bool", "trace_rollouts": "int64", "trace_truncated": "int64", "truncated_policy": "string", "score_note": "string"},
     order=1,
-    command="cotcredit mc-baseline TRACES",
+    command=MC_BASELINE,
     finish=finish,
     uses_trace_pass=False,  # rollouts start from the prefixes' own tokens, not the trace cache
     shortcuts={"rollouts": "rollouts", "max_new_tokens": "max_new_tokens"},
-    default_output="mc.parquet",
+    show=("value_before", "value_after", "stderr", "n_correct", "n_truncated", "score"),
+    value_columns=("value_before", "value_after"),
+    summary=summary_table,
+    overwrite=remove_rollouts,
 )

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
 from cotcredit.methods.attribution import (
+    ATTRIBUTE,
     TargetOptions,
     ValueFunction,
     resolve_target,
@@ -68,6 +69,7 @@ class ShapleyOptions:
     seed: int = option(0, help="Seed of the sampled Shapley orderings.")
 
     def validate(self) -> ShapleyOptions:
+        """Check the options (a one-line UserError naming the flag); returns self."""
         self.target.validate()
         check_choices(self)
         if self.samples < 1:
@@ -79,6 +81,7 @@ class ShapleyOptions:
 
 @dataclass
 class ShapleyResult:
+    """Shapley values of a trace's segments and how they were computed."""
     values: np.ndarray  # φ_k
     exact: bool
     samples: int  # orderings walked (0 when exact)
@@ -93,6 +96,8 @@ def _is_exact(K: int, options: ShapleyOptions) -> bool:
 
 
 def shapley_shap(f: ValueFunction, options: ShapleyOptions) -> ShapleyResult:
+    """Shapley values of `f` with shap: exact (`ExactExplainer`) for few segments, else sampled
+    permutations (`PermutationExplainer`)."""
     import numpy as np
     import shap
 
@@ -128,6 +133,8 @@ def _orderings(K: int, samples: int, seed: int) -> list[list[int]]:
 
 
 def shapley_captum(f: ValueFunction, options: ShapleyOptions) -> ShapleyResult:
+    """Shapley values of `f` with captum: exact (`ShapleyValues`) for few segments, else
+    `ShapleyValueSampling` over sampled orderings."""
     import numpy as np
     import torch
     from captum.attr import ShapleyValues, ShapleyValueSampling
@@ -191,6 +198,8 @@ def run(ctx: TraceContext, options: ShapleyOptions) -> MethodRows:
 
 
 def reserve(scorer, trace, options: ShapleyOptions) -> int:
+    """Context kept free after the trace: the longest coalition's target (E ⊕ Y*, plus a baseline
+    text)."""
     extra = (
         len(scorer.encode_text(options.target.baseline_text)) if options.target.baseline_text else 0
     )
@@ -208,6 +217,5 @@ SPEC = MethodSpec(
     order=3,
     prepare=resolve_target,
     shortcuts={"shapley_samples": "samples"},
-    command="cotcredit attribute TRACES --method shapley",
-    default_output="attr.parquet",
+    command=ATTRIBUTE,
 )

@@ -1,9 +1,14 @@
-"""Baselines that read no reasoning text: the rows every method must beat.
+"""The cheap baselines: the rows every method must beat.
 
 With a handful of segments per trace, where a segment sits and whether the trace ended right
-already say much of what Monte Carlo says about it. Two baselines make that visible; they are
-added to the score table as rows of their own (``method`` = the baseline's name) and so appear
-in every table, figure and LaTeX output, marked as baselines:
+already say much of what Monte Carlo says about it; the first line that departs from the
+reference solution, or the line where the model itself was least sure, say much of where the
+first error is. Each baseline is added to the score table as rows of its own (``method`` = the
+baseline's name) and so appears in every table, figure and LaTeX output, marked as a baseline,
+with paired differences like any method's. One score per segment serves every analysis (MC
+tracking, top-1, localization); what it means for each is said below.
+
+Text-free:
 
 * ``position``: a segment's credit is the mean *reference-method* credit at the same relative
   position among the *other* traces with the same outcome (leave one trace out, so a trace's
@@ -14,23 +19,55 @@ in every table, figure and LaTeX output, marked as baselines:
   traces without one form their own group, and without any outcome all traces form one group.
   A cell with no other trace falls back to the same bin over all outcomes (still leaving the
   trace out), then to 0.
+* ``position-length``: as ``position``, but the cell is the segment's index among the traces
+  with the same number of segments K (position conditioned on the length): the
+  leave-one-trace-out mean reference credit at (k, K) among the other traces with the same
+  outcome; where no other trace has that (k, K) and outcome, the same (k, K) over all outcomes;
+  where no other trace has K segments, ``position``'s value.
 * ``uniform``: the trace's outcome ζ spread evenly, ζ / K on each of its K segments (NaN where
   the outcome is unknown). It is constant within a trace, so it orders nothing: its per-trace
   correlations are 0 and its top-1 and localization are chance (see ``cotcredit.report.stats``).
+* ``random``: K uniform draws per trace from a generator seeded by the trace id and ``seed``
+  (the same trace gets the same draws in any table): the negative control. Its correlations
+  with any reference average 0, its localization is chance.
+
+Reading the trace (cheap: no credit method, at most the segmentation's one forward pass):
+
+* ``refdiff``: −1 on the segment holding the first reasoning line that departs from the
+  reference solution (``cotcredit.data.first_departure``), 0 on every other segment. It
+  reads the solution, so it needs the traces (their ``solution``): NaN on a trace without
+  one. On a trace that never departs inside its reasoning it is 0 everywhere, so it orders
+  nothing there (as ``uniform``: correlation 0, top-1 at chance). For MC tracking its score is the same
+  indicator: on a departing trace, how far below the other segments the reference puts the
+  departing one (a Spearman with two distinct values on one side), 0 where it never departs.
+  Where the reference solution is the only valid path it localizes every first error; where
+  several are valid it blames the correct alternatives (the false blame the benchmark counts).
+* ``entropy``: minus the segment's mean token entropy under the model, the ``mean_entropy``
+  column the segmentation pass writes on every row (the first value any row of the segment
+  carries): the line where the model was least sure gets the lowest credit, for localization
+  and MC tracking alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from cotcredit.data.trace import first_departure
 from cotcredit.errors import UserError
 from cotcredit.report.credit import trace_outcomes
 
 #: The baselines ``baseline_scores`` knows.
-BASELINES = ("position", "uniform")
+BASELINES = ("position", "position-length", "uniform", "refdiff", "entropy", "random")
+#: The column the ``entropy`` baseline reads (written by the segmentation pass).
+ENTROPY_COLUMN = "mean_entropy"
+#: Why ``refdiff`` cannot run on score tables alone.
+REFDIFF_NEEDS_TRACES = ("--baselines refdiff: needs the traces' reference solutions; name the "
+                        "traces file of the tables (compare --explorer-traces FILE), or run "
+                        "compare on the traces file")
 _KEEP = ("trace_id", "segment", "char_start", "char_end", "text")
 
 
@@ -61,7 +98,7 @@ def _segmentation(scores: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.nd
     width = int(segment.max()) + 1 if len(segment) else 1
     key = codes.astype("int64") * width + segment
     keys, first, row_to_seg = np.unique(key, return_index=True, return_inverse=True)
-    seg = scores.iloc[first][list(_KEEP)].reset_index(drop=True)
+    seg = scores[list(_KEEP)].iloc[first].reset_index(drop=True)  # columns first: no wide copy
     code = keys // width
     starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
     sizes = np.diff(np.r_[starts, len(code)])
@@ -126,21 +163,28 @@ def uniform_baseline(scores: pd.DataFrame) -> pd.DataFrame:
 
 
 def baseline_scores(
-    scores: pd.DataFrame, baselines: Sequence[str], reference: str | None
+    scores: pd.DataFrame, baselines: Sequence[str], reference: str | None,
+    *, departures: Mapping[str, int] | pd.Series | None = None, seed: int = 0,
 ) -> tuple[pd.DataFrame, list[str], list[str]]:
     """``scores`` with the rows of ``baselines`` appended (``baseline_rows``)."""
-    rows, added, notes = baseline_rows(scores, baselines, reference)
+    rows, added, notes = baseline_rows(scores, baselines, reference, departures=departures,
+                                       seed=seed)
     return pd.concat([scores, rows], ignore_index=True), added, notes
 
 
 def baseline_rows(
-    scores: pd.DataFrame, baselines: Sequence[str], reference: str | None
+    scores: pd.DataFrame, baselines: Sequence[str], reference: str | None,
+    *, departures: Mapping[str, int] | pd.Series | None = None, seed: int = 0,
 ) -> tuple[pd.DataFrame, list[str], list[str]]:
     """The rows of ``baselines`` for the traces of ``scores``.
 
-    Returns (rows, the baselines added, notes on those left out: ``position`` without the
-    reference in the table). A score table already holding a row label of a baseline's name is
-    refused (the report would mix them up).
+    ``reference``: the method the text-free baselines are fitted to; ``departures``: trace id
+    -> ``first_departure`` offset (``refdiff``; ``departures_from_traces``); ``seed``: of
+    ``random``. Returns (rows, the baselines added, notes on those left out: ``position`` and
+    ``position-length`` without the reference in the table). A score table already holding a
+    row label of a baseline's name is refused (the report would mix them up), and so is
+    ``refdiff`` without departures or ``entropy`` without the entropy column (one line each,
+    naming the fix).
     """
     labels = {str(m) for m in pd.unique(scores["method"])}
     clash = sorted(set(baselines) & labels)
@@ -151,15 +195,137 @@ def baseline_rows(
         )
     parts, added, notes = [], [], []
     for name in baselines:
-        if name == "position":
+        if name in ("position", "position-length"):
             if reference is None or reference not in labels:
-                notes.append(f"position baseline omitted: the reference {reference!r} is not in "
+                notes.append(f"{name} baseline omitted: the reference {reference!r} is not in "
                              "the table")
                 continue
-            parts.append(position_baseline(scores, reference))
+            fit = position_baseline if name == "position" else position_length_baseline
+            parts.append(fit(scores, reference))
+        elif name == "refdiff":
+            if departures is None:
+                raise UserError(REFDIFF_NEEDS_TRACES)
+            if not len(departures):
+                raise UserError(
+                    "--baselines refdiff: no trace has a reference solution (field solution or "
+                    "reference_solution; --solution-field names another); leave refdiff out"
+                )
+            parts.append(refdiff_baseline(scores, departures))
+        elif name == "entropy":
+            parts.append(entropy_baseline(scores))
+        elif name == "random":
+            parts.append(random_baseline(scores, seed))
         else:
             parts.append(uniform_baseline(scores))
         added.append(name)
     empty = pd.DataFrame(columns=[*_KEEP, "method", "score"])
     rows = pd.concat(parts, ignore_index=True) if parts else empty
     return rows, added, notes
+
+
+# ----------------------------------------------------------------------------- position-length
+
+
+def position_length_baseline(scores: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Rows of the ``position-length`` baseline for every trace in ``scores`` (see the module
+    docstring)."""
+    seg, row_to_seg, _ = _segmentation(scores)
+    if seg.empty:
+        return seg.assign(method="position-length", score=np.nan)
+    coarse = position_baseline(scores, reference)["score"].to_numpy()
+    k, rank = seg["k"].to_numpy(), seg["rank"].to_numpy()
+    width = int(k.max())
+    cell = (k - 1) * width + rank  # one cell per (K, index)
+    n_cells = width * width
+    zeta = seg["trace_id"].map(trace_outcomes(scores)).to_numpy(dtype="float64")
+    _, group = np.unique(np.where(np.isnan(zeta), -np.inf, zeta), return_inverse=True)
+    credit = scores["score"].to_numpy(dtype="float64")
+    use = (scores["method"] == reference).to_numpy() & np.isfinite(credit)
+    val, has = np.zeros(len(seg)), np.zeros(len(seg))
+    val[row_to_seg[use]] = credit[use]
+    has[row_to_seg[use]] = 1.0
+    trace = seg["code"].to_numpy()
+    n_t = int(trace.max()) + 1
+
+    def loto(c: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sum and count of the reference credits in each segment's cell, minus its trace's."""
+        own = trace * n + c
+        return (np.bincount(c, val, n)[c] - np.bincount(own, val, n_t * n)[own],
+                np.bincount(c, has, n)[c] - np.bincount(own, has, n_t * n)[own])
+
+    s_same, n_same = loto(group * n_cells + cell, (int(group.max()) + 1) * n_cells)
+    s_any, n_any = loto(cell, n_cells)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = np.where(n_same > 0, s_same / n_same, np.where(n_any > 0, s_any / n_any, coarse))
+    out = seg.loc[:, list(_KEEP)].copy()
+    out["method"] = "position-length"
+    out["score"] = value
+    return out
+
+
+# ----------------------------------------------------------------------------- refdiff
+
+
+def departures_from_traces(traces: Iterable) -> pd.Series:
+    """``first_departure`` of every trace with a solution (trace id -> offset; a trace without
+    one is left out). ``traces``: ``Trace`` records or dicts with id, response, solution."""
+    found = {}
+    for t in traces:
+        get = t.get if isinstance(t, Mapping) else lambda k, t=t: getattr(t, k, None)
+        if get("solution"):
+            found[str(get("id"))] = first_departure(get("response"), get("solution"))
+    return pd.Series(found, dtype="int64")
+
+
+def refdiff_baseline(scores: pd.DataFrame, departures: Mapping[str, int] | pd.Series
+                     ) -> pd.DataFrame:
+    """Rows of the ``refdiff`` baseline: −1 on the segment holding the trace's departure offset,
+    0 elsewhere; NaN on traces without one (no solution)."""
+    seg, _, _ = _segmentation(scores)
+    at = seg["trace_id"].map(pd.Series(departures, dtype="float64")).to_numpy(dtype="float64")
+    inside = (seg["char_start"].to_numpy() <= at) & (at < seg["char_end"].to_numpy())
+    out = seg.loc[:, list(_KEEP)].copy()
+    out["method"] = "refdiff"
+    out["score"] = np.where(np.isnan(at), np.nan, np.where(inside, -1.0, 0.0))
+    return out
+
+
+# ----------------------------------------------------------------------------- entropy, random
+
+
+def entropy_baseline(scores: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the ``entropy`` baseline: minus each segment's mean token entropy (the first
+    finite value any row of that segment carries; NaN when none does)."""
+    if ENTROPY_COLUMN not in scores.columns:
+        raise UserError(
+            f"--baselines entropy: the score tables have no {ENTROPY_COLUMN!r} column (the "
+            "segmentation pass writes it); rescore the traces with this version or leave "
+            "entropy out"
+        )
+    seg, row_to_seg, _ = _segmentation(scores)
+    ent = pd.to_numeric(scores[ENTROPY_COLUMN], errors="coerce").to_numpy(dtype="float64")
+    value = np.full(len(seg), np.nan)
+    rows = np.flatnonzero(np.isfinite(ent))[::-1]  # written last to first: the first wins
+    value[row_to_seg[rows]] = ent[rows]
+    out = seg.loc[:, list(_KEEP)].copy()
+    out["method"] = "entropy"
+    out["score"] = -value
+    return out
+
+
+def _trace_seed(trace_id: str, seed: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{trace_id}".encode()).digest()[:8], "little")
+
+
+def random_baseline(scores: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Rows of the ``random`` baseline: K uniform draws per trace from a generator seeded by the
+    trace id and ``seed``."""
+    seg, _, _ = _segmentation(scores)
+    value = np.empty(len(seg))
+    for idx in seg.groupby("code").indices.values():
+        rng = np.random.default_rng(_trace_seed(str(seg["trace_id"].iloc[idx[0]]), seed))
+        value[idx] = rng.random(len(idx))
+    out = seg.loc[:, list(_KEEP)].copy()
+    out["method"] = "random"
+    out["score"] = value
+    return out

@@ -25,11 +25,19 @@ import numpy as np
 import pandas as pd
 
 from cotcredit.errors import UserError
+from cotcredit.methods import registry
 
 #: The credit definitions ``value_credit`` knows.
 CREDITS = ("differences", "return", "score")
-#: (before, after) value columns of the value-based methods, checked in this order.
-VALUE_COLUMNS = (("g_before", "g_after"), ("value_before", "value_after"))
+
+
+def value_column_pairs() -> list[tuple[str, str]]:
+    """(before, after) value columns of the value-based methods (`MethodSpec.value_columns`),
+    checked in registry order: rredcot's (g_before, g_after), mc's (value_before, value_after),
+    then any other method's. Rows whose method label is not registered (a `--label` variant)
+    are matched by the columns they carry."""
+    pairs = [spec.value_columns for spec in registry().values() if spec.value_columns]
+    return list(dict.fromkeys(pairs))
 
 
 def trace_outcomes(scores: pd.DataFrame) -> pd.Series:
@@ -42,7 +50,7 @@ def trace_outcomes(scores: pd.DataFrame) -> pd.Series:
 
 
 def _value_columns(rows: pd.DataFrame) -> tuple[str, str] | None:
-    for before, after in VALUE_COLUMNS:
+    for before, after in value_column_pairs():
         if before in rows.columns and after in rows.columns and rows[[before, after]].notna().all(
             axis=None
         ):

@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from cotcredit.errors import UserError
-from cotcredit.report.stats import Resampler, percentile_interval, wide
+from cotcredit.report.bootstrap import Resampler, percentile_interval
+from cotcredit.report.correlation import wide
 
 #: Default name of the column with the first wrong step's character offset.
 ERROR_FIELD = "error_char"
@@ -61,6 +62,7 @@ class Localization:
     field: str = ERROR_FIELD
 
     def value(self, method: str, statistic: str) -> float:
+        """One statistic of one method (NaN when it was not computed)."""
         hit = self.table.loc[(self.table["method"] == method)
                              & (self.table["statistic"] == statistic), "value"]
         return float(hit.iloc[0]) if len(hit) else float("nan")

@@ -50,8 +50,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cotcredit import io
-from cotcredit.report.stats import Resampler, average_ranks, percentile_interval, rowwise, wide
+from cotcredit.report.bootstrap import Resampler, percentile_interval
+from cotcredit.report.correlation import average_ranks, rowwise, wide
+from cotcredit.store import io
 
 EQUIVALENCE_COLUMNS = ("method", "agreement", "ci_low", "ci_high", "rollouts", "rollouts_low",
                        "rollouts_high", "n")
@@ -98,6 +99,10 @@ def counts_from_rollouts(rollouts: pd.DataFrame, drop_truncated: bool = False) -
                                                   total=("correct", "size")).reset_index()
     out["trace_id"] = out["trace_id"].astype(str)
     return out
+
+
+#: Monte Carlo's score-table columns the counts come from (besides its value columns).
+COUNT_COLUMNS = ("n_rollouts", "n_correct", "n_truncated", "interpolated", "truncated_policy")
 
 
 def counts_from_mc(mc: pd.DataFrame) -> pd.DataFrame:

@@ -55,18 +55,33 @@ per-trace ones (``pearson``, ``spearman``, ``kendall``, ``split_half_*``), so fi
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from cotcredit.errors import UserError
 from cotcredit.methods import method_order
-from cotcredit.report.scores import check_segmentations, normalize
+from cotcredit.pipeline.scores import check_segmentations, normalize
+from cotcredit.report.bootstrap import Resampler, bootstrap_p, mean_interval, percentile_interval
+from cotcredit.report.correlation import (
+    Wide,
+    average_ranks,
+    pooled_correlations,
+    rowwise,
+    wide,
+)
+
+# `correlate` and `Correlations` are this module's; the bootstrap (`bootstrap`) and the
+# per-trace correlations (`correlation`) it is built on are importable from here too.
+__all__ = [
+    "ALL", "ANALYSIS_ONLY", "CORRELATION_COLUMNS", "HALF_COLUMNS", "PAIRED_COLUMNS",
+    "PER_TRACE_STATISTICS", "SKIPPED_COLUMNS", "SPLIT_HALF", "STATISTICS", "Correlations",
+    "Resampler", "Wide", "average_ranks", "bootstrap_p", "correlate", "mean_interval",
+    "percentile_interval", "rowwise", "wide",
+]
 
 #: Columns of ``Correlations.table`` and of ``correlations.parquet``, in this order.
 CORRELATION_COLUMNS = (
@@ -102,9 +117,6 @@ ALL = "all"
 #: Suffix of skip reasons that concern only one analysis, not a pair's correlations.
 ANALYSIS_ONLY = "only)"
 
-_KENDALL_PAIRWISE_MAX = 256  # longer traces go to scipy.stats.kendalltau (O(n log n))
-_KENDALL_CELLS = 4_000_000  # sign matrices computed per chunk of traces (bounds memory)
-_BOOT_CELLS = 2_000_000  # resample weights held at once (bounds memory)
 
 # Why a trace is left out of a pair, by code (0: used).
 _REASONS = {
@@ -187,249 +199,6 @@ class Correlations:
     def label(self, method: str) -> str:
         """How a row is named in the report: baselines are marked."""
         return f"{method} (baseline)" if method in self.baselines else method
-
-
-# ----------------------------------------------------------------------------- the bootstrap
-
-
-class Resampler:
-    """One set of bootstrap resamples of ``n_traces`` traces, shared by every statistic.
-
-    Resample ``b`` draws ``n_traces`` traces with replacement; a statistic defined on some of
-    the traces (a column of values with NaN where undefined) takes, in that resample, the mean
-    of its values over the drawn traces where it is defined. The draws depend only on
-    ``n_boot``, ``n_traces`` and ``seed``.
-    """
-
-    def __init__(self, n_traces: int, n_boot: int, seed: int):
-        self.n_traces, self.n_boot, self.seed = n_traces, n_boot, seed
-        self._counts: np.ndarray | None = None
-
-    def counts(self) -> np.ndarray:
-        """(n_boot, n_traces) how often each trace is drawn in each resample; drawn once and
-        kept (one byte per cell: 200 MB for 2,000 resamples of 100,000 traces)."""
-        if self._counts is None:
-            rng = np.random.default_rng(self.seed)
-            n = self.n_traces
-            out = np.empty((self.n_boot, n), dtype=np.uint8)
-            chunk = max(1, _BOOT_CELLS // max(n, 1))
-            for start in range(0, self.n_boot, chunk):
-                size = min(chunk, self.n_boot - start)
-                idx = rng.integers(0, n, size=(size, n)) + (np.arange(size) * n)[:, None]
-                # a trace drawn more than 255 times in n draws: never at n >= 2 in practice
-                drawn = np.bincount(idx.ravel(), minlength=size * n)
-                out[start : start + size] = np.minimum(drawn, 255).reshape(size, n)
-            self._counts = out
-        return self._counts
-
-    def means(self, values: np.ndarray) -> np.ndarray:
-        """Resampled means of each column of ``values`` (traces x columns, NaN = undefined):
-        an array (n_boot, columns), NaN where a resample drew no trace of that column."""
-        values = np.asarray(values, dtype="float64").reshape(self.n_traces, -1)
-        out = np.full((self.n_boot, values.shape[1]), np.nan)
-        if self.n_boot == 0 or self.n_traces == 0 or values.shape[1] == 0:
-            return out
-        defined = np.isfinite(values)
-        filled = np.where(defined, values, 0.0)
-        used = defined.astype("float64")
-        counts = self.counts()
-        chunk = max(1, _BOOT_CELLS // max(self.n_traces, 1))
-        for start in range(0, self.n_boot, chunk):
-            w = counts[start : start + chunk].astype("float64")
-            num, den = w @ filled, w @ used
-            with np.errstate(invalid="ignore", divide="ignore"):
-                out[start : start + len(w)] = num / den
-        return out
-
-    def intervals(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """95% percentile intervals of the column means (NaN without resamples)."""
-        return percentile_interval(self.means(values))
-
-
-def percentile_interval(boot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """2.5th and 97.5th percentiles of each column of resampled values (NaN-aware)."""
-    if boot.shape[0] == 0:
-        nan = np.full(boot.shape[1], np.nan)
-        return nan, nan.copy()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns give NaN
-        low, high = np.nanpercentile(boot, [2.5, 97.5], axis=0)
-    return low, high
-
-
-def mean_interval(values: Sequence[float] | np.ndarray, n_boot: int = 2000,
-                  seed: int = 0) -> tuple[float, float, float]:
-    """Mean of per-trace ``values`` (NaN = undefined, left out) and its 95% percentile-bootstrap
-    interval, from ``Resampler(len(values), n_boot, seed)``: it depends on these values and the
-    seed alone, never on which statistics were computed before it, and two columns of equal
-    length see the same resamples (pass a paired difference ``a - b`` for a paired interval)."""
-    values = np.asarray(values, dtype="float64")
-    defined = values[np.isfinite(values)]
-    if not len(defined):
-        return float("nan"), float("nan"), float("nan")
-    low, high = Resampler(len(values), n_boot, seed).intervals(values)
-    return float(defined.mean()), float(low[0]), float(high[0])
-
-
-def bootstrap_p(boot: np.ndarray) -> np.ndarray:
-    """Two-sided bootstrap p of each column's mean being 0: twice the smaller fraction of
-    resampled values on either side of 0 (at most 1; NaN without resamples)."""
-    finite = np.isfinite(boot)
-    n = finite.sum(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        below = (np.where(finite, boot, 0) <= 0).sum(axis=0) - (~finite).sum(axis=0)
-        above = (np.where(finite, boot, 0) >= 0).sum(axis=0) - (~finite).sum(axis=0)
-        p = np.minimum(1.0, 2 * np.minimum(below, above) / n)
-    return np.where(n > 0, p, np.nan)
-
-
-# ----------------------------------------------------------------------------- per-trace statistics
-
-
-def average_ranks(a: np.ndarray) -> np.ndarray:
-    """Average ranks along the last axis (ties share their mean rank), as
-    ``scipy.stats.rankdata`` gives them."""
-    return stats.rankdata(a, method="average", axis=-1)
-
-
-def _rowwise_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Pearson's r of each row pair (as ``scipy.stats.pearsonr``: normalised centred dot)."""
-    xm = x - x.mean(axis=-1, keepdims=True)
-    ym = y - y.mean(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        xm = xm / np.linalg.norm(xm, axis=-1, keepdims=True)
-        ym = ym / np.linalg.norm(ym, axis=-1, keepdims=True)
-        r = (xm * ym).sum(axis=-1)
-    return np.clip(r, -1.0, 1.0)
-
-
-def _rowwise_kendall(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Kendall's tau-b of each row pair (``scipy.stats.kendalltau``): exact pair counting for
-    short rows, scipy for long ones."""
-    n, k = x.shape
-    out = np.empty(n)
-    if k > _KENDALL_PAIRWISE_MAX:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for i in range(n):
-                out[i] = stats.kendalltau(x[i], y[i]).statistic
-        return out
-    chunk = max(1, _KENDALL_CELLS // (k * k))
-    for s in range(0, n, chunk):
-        xs, ys = x[s : s + chunk], y[s : s + chunk]
-        sx = np.sign(xs[:, :, None] - xs[:, None, :])
-        sy = np.sign(ys[:, :, None] - ys[:, None, :])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[s : s + chunk] = (sx * sy).sum(axis=(1, 2)) / np.sqrt(
-                (sx * sx).sum(axis=(1, 2)) * (sy * sy).sum(axis=(1, 2))
-            )
-    return out
-
-
-def rowwise(
-    name: str,
-    x: np.ndarray,
-    y: np.ndarray,
-    ranks: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
-) -> np.ndarray:
-    """One correlation statistic for each row of two (traces, segments) arrays; ``ranks``:
-    their average ranks when already computed (Spearman reuses them)."""
-    if name == "pearson":
-        return _rowwise_pearson(x, y)
-    if name == "spearman":
-        rx = average_ranks(x) if ranks[0] is None else ranks[0]
-        ry = average_ranks(y) if ranks[1] is None else ranks[1]
-        return _rowwise_pearson(rx, ry)
-    return _rowwise_kendall(x, y)
-
-
-def _stat(name: str, x: np.ndarray, y: np.ndarray) -> float:
-    """One correlation over two 1-D arrays (pooled segments)."""
-    if name == "kendall" and len(x) > _KENDALL_PAIRWISE_MAX:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return float(stats.kendalltau(x, y).statistic)
-    return float(rowwise(name, x[None, :], y[None, :])[0])
-
-
-def _pooled(x: np.ndarray, y: np.ndarray, names: Sequence[str]) -> dict[str, float] | None:
-    """Correlations over pooled points, or None when fewer than 3 points or a side is constant."""
-    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return None
-    return {name: _stat(name, x, y) for name in names}
-
-
-# ----------------------------------------------------------------------------- traces as arrays
-
-
-@dataclass
-class _Group:
-    """The traces with ``k`` segments: their codes and one (traces, k) array per series."""
-
-    k: int
-    traces: np.ndarray
-    values: dict[str, np.ndarray]
-    present: dict[str, np.ndarray]
-    _ranks: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def ranks(self, name: str) -> np.ndarray:
-        """Average ranks of one series' rows, computed once (rows with NaN: never used)."""
-        if name not in self._ranks:
-            v = self.values[name]
-            self._ranks[name] = average_ranks(np.where(np.isfinite(v), v, 0.0))
-        return self._ranks[name]
-
-
-@dataclass
-class Wide:
-    """Score series as arrays, one group per segment count (so per-trace work vectorises)."""
-
-    trace_ids: np.ndarray  # sorted distinct trace ids; a trace's code is its index here
-    n_segments: np.ndarray  # segments per trace
-    groups: list[_Group]
-
-    def series(self, name: str) -> list[tuple[_Group, np.ndarray, np.ndarray]]:
-        """(group, values, present) of one series in every group."""
-        return [(g, g.values[name], g.present[name]) for g in self.groups if name in g.values]
-
-
-def wide(scores: pd.DataFrame, series: dict[str, tuple[str, str]]) -> Wide:
-    """Arrange score rows as arrays: ``series`` maps a name to (method, column); its values
-    are that method's column, ordered by segment within each trace (NaN where absent)."""
-    codes, uniques = pd.factorize(scores["trace_id"], sort=True)
-    m_codes, m_uniques = pd.factorize(scores["method"])
-    n_t, n_m = len(uniques), max(len(m_uniques), 1)
-    key = codes.astype("int64") * n_m + m_codes
-    order = np.lexsort((scores["segment"].to_numpy(), key))
-    sorted_key = key[order]
-    starts = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
-    run = np.cumsum(np.r_[True, sorted_key[1:] != sorted_key[:-1]]) - 1
-    pos = np.empty(len(key), dtype="int64")
-    pos[order] = np.arange(len(key)) - starts[run]
-    counts = np.bincount(key, minlength=n_t * n_m).reshape(n_t, n_m)
-    n_seg = counts.max(axis=1) if n_t else np.zeros(0, dtype="int64")
-    local = np.empty(n_t, dtype="int64")
-    groups: list[_Group] = []
-    row_k = n_seg[codes]
-    method_of = {m: i for i, m in enumerate(m_uniques)}
-    for k in np.unique(n_seg):
-        members = np.flatnonzero(n_seg == k)
-        local[members] = np.arange(len(members))
-        values: dict[str, np.ndarray] = {}
-        present: dict[str, np.ndarray] = {}
-        in_k = row_k == k
-        for name, (method, column) in series.items():
-            if method not in method_of or column not in scores.columns:
-                continue
-            rows = np.flatnonzero(in_k & (m_codes == method_of[method]))
-            arr = np.full((len(members), int(k)), np.nan)
-            col = pd.to_numeric(scores[column], errors="coerce").to_numpy(dtype="float64")
-            arr[local[codes[rows]], pos[rows]] = col[rows]
-            has = np.zeros(len(members), dtype=bool)
-            has[local[codes[rows]]] = True
-            values[name], present[name] = arr, has
-        groups.append(_Group(int(k), members, values, present))
-    return Wide(np.asarray(uniques, dtype=object), n_seg, groups)
 
 
 # ----------------------------------------------------------------------------- one pair
@@ -529,15 +298,6 @@ def _top1(x: np.ndarray, y: np.ndarray, baseline_sides: tuple[bool, bool]) -> tu
 # ----------------------------------------------------------------------------- rows
 
 
-def _rows(**columns: Any) -> pd.DataFrame:
-    n = max((len(v) for v in columns.values() if isinstance(v, np.ndarray | list)), default=1)
-    frame = {}
-    for c in CORRELATION_COLUMNS:
-        v = columns.get(c, np.nan)
-        frame[c] = v if isinstance(v, np.ndarray | list) else [v] * n
-    return pd.DataFrame(frame)
-
-
 def _agg_row(a: str, b: str, statistic: str, value: float, n: int,
              ci: tuple[float, float] = (math.nan, math.nan)) -> dict[str, Any]:
     return {"trace_id": ALL, "method_a": a, "method_b": b, "statistic": statistic,
@@ -635,7 +395,7 @@ def correlate(
                 matrix.loc[a, b] = matrix.loc[b, a] = float(pair.values[used, 1].mean())
                 x_all = np.concatenate([x.ravel() for x in pair.x])
                 y_all = np.concatenate([y.ravel() for y in pair.y])
-                pooled = _pooled(x_all, y_all, STATISTICS)
+                pooled = pooled_correlations(x_all, y_all, STATISTICS)
                 if pooled is not None:
                     for s, v in pooled.items():
                         agg.append(_agg_row(first, second, f"pooled_{s}", v, len(x_all)))
@@ -729,7 +489,7 @@ def _position_rows(
             hx.append(x[:, keep].ravel())
             hy.append(y[:, keep].ravel())
         x_all, y_all = np.concatenate(hx), np.concatenate(hy)
-        pooled = _pooled(x_all, y_all, ("spearman", "pearson"))
+        pooled = pooled_correlations(x_all, y_all, ("spearman", "pearson"))
         if pooled is None:
             skipped.append({
                 "method_a": method, "method_b": ref, "n_traces": n_used,

@@ -7,7 +7,9 @@ from rich.table import Table
 
 from cotcredit.report.format import EMPTY, fmt, fmt_ci
 from cotcredit.report.localization import Localization
-from cotcredit.report.render import (
+from cotcredit.report.rollouts import RolloutAnalysis
+from cotcredit.report.stats import ANALYSIS_ONLY, Correlations
+from cotcredit.report.summaries import (
     agreement_summary,
     ceiling_summary,
     cost_rows,
@@ -16,8 +18,6 @@ from cotcredit.report.render import (
     localization_summary,
     paired_summary,
 )
-from cotcredit.report.rollouts import RolloutAnalysis
-from cotcredit.report.stats import ANALYSIS_ONLY, Correlations
 
 
 def summary_table(correlations: Correlations) -> Table:

@@ -1,9 +1,14 @@
-"""Per-token advantages from per-segment rewards: how RREDCoT credit reweights a GRPO advantage.
+"""Per-token advantages from per-segment rewards: the two forms credit takes in training.
 
 Plain GRPO gives every token of a completion the same advantage ``A`` (the completion's reward,
 normalised within its group of ``num_generations``), so the completion as a whole receives
-``A · n`` (``n`` = its number of tokens). In mode ``rredcot`` we keep that total and only move it
-between the reasoning segments, according to their RREDCoT rewards ``r_k``:
+``A · n`` (``n`` = its number of tokens). A credit source (``credit``: RREDCoT, Monte Carlo, an
+oracle, or one of them shuffled) gives each segment of a completion a reward ``r_k``; a *form*
+turns those into per-token advantages. Both forms below give plain GRPO when the rewards are all
+equal, keep the completion's total ``A · n``, and leave tokens outside every segment at ``A``.
+
+Form ``reweight`` (sign-preserving): keep the total and only move it between the reasoning
+segments, according to their rewards ``r_k``:
 
     s    = sign(A)
     e_k  = exp(strength · s · r_k)                           (one weight per segment k)
@@ -58,6 +63,29 @@ Two variants change only the rewards the weights are computed from (the formula,
 - ``shuffled_rewards``: a control. The same rewards in a random order (seeded, the same for the
   same seed and completion), so the weights keep their spread and lose their placement: if
   credit helps, it must beat this.
+
+Form ``segment-rewards`` (each segment's advantage from its own reward; signs may differ):
+
+    r̄    = Σ_k n_k · r_k / N                                (token-weighted mean reward)
+    a_t  = A + c · (r_k − r̄)   for every token t of segment k
+    a_t  = A                    for every token outside all segments
+
+``c`` is the factor the group normalisation divided the outcome by (``A = c · (R − mean)``;
+``c = 1 / (std + 1e-4)`` with TRL's ``scale_rewards="group"``), so a segment's reward counts in
+the outcome's own units: the rewards are value differences (``g_k − g_{k−1}``: a change in the
+probability of success), and a segment that raised the success probability by 0.5 more than
+the completion's average gets ``0.5 · c`` more advantage per token than ``A``. This is the
+advantage of RUDDER and VinePPO (a segment is judged by what it changed, so a right step in a
+failed completion can be pushed up and a wrong step in a correct one down), plus the outcome's
+group advantage ``A``, which the centred value differences lack (they sum to zero): without it
+the form would not reduce to GRPO, and a completion's outcome would reach its tokens only
+through the source's terminal correction.
+
+Properties (all tested): all ``r_k`` equal (or one segment) gives ``a_t = A`` exactly, whatever
+``c``; ``Σ_t a_t = A · n``; ``a`` grows with ``r_k`` (a segment with a higher reward gets more
+advantage, whatever the sign of ``A``); ``A = 0`` gives zero everywhere (a group where every
+completion got the same reward carries no signal in either form, as in GRPO). ``strength`` and
+``floor`` are options of ``reweight`` only.
 """
 
 from __future__ import annotations
@@ -69,7 +97,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-MODES = ("grpo", "rredcot")
+MODES = ("grpo", "rredcot")  # "rredcot": per-token advantages from any credit source
+FORMS = ("reweight", "segment-rewards")
+DEFAULT_FORM = "reweight"
 DEFAULT_STRENGTH = 3.0
 DEFAULT_FLOOR = 0.0
 
@@ -97,9 +127,11 @@ def shuffled_rewards(rewards: Sequence[float], seed: int, key: int) -> list[floa
     return values[rng.permutation(values.size)].tolist()
 
 
-def _check_options(mode: str, strength: float, floor: float) -> None:
+def _check_options(mode: str, strength: float, floor: float, form: str = DEFAULT_FORM) -> None:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {FORMS}, got {form!r}")
     if not (math.isfinite(strength) and strength >= 0):
         raise ValueError(f"strength must be a finite number >= 0, got {strength!r}")
     if not (0.0 <= floor <= 1.0):
@@ -115,16 +147,22 @@ def segment_token_advantages(
     mode: str = "rredcot",
     strength: float = DEFAULT_STRENGTH,
     floor: float = DEFAULT_FLOOR,
+    form: str = DEFAULT_FORM,
+    scale: float = 1.0,
 ) -> np.ndarray:
     """Per-token advantages (float64 array of length ``n_tokens``) for one completion.
 
     ``advantage`` is the completion's plain GRPO advantage ``A``; ``segment_rewards[k]`` is the
     reward of the segment covering tokens ``segment_token_spans[k] = (start, end)`` (half-open,
     relative to the completion). Mode ``grpo`` returns ``A`` for every token; mode ``rredcot``
-    applies the formula in the module docstring. Raises ``ValueError`` for inconsistent input
-    (lengths differ, spans outside ``[0, n_tokens]`` or overlapping, non-finite values).
+    applies the ``form`` (``reweight`` or ``segment-rewards``, module docstring); ``scale`` is
+    the group normalisation's factor ``c`` (``segment-rewards`` only). Raises ``ValueError``
+    for inconsistent input (lengths differ, spans outside ``[0, n_tokens]`` or overlapping,
+    non-finite values).
     """
-    _check_options(mode, strength, floor)
+    _check_options(mode, strength, floor, form)
+    if not (math.isfinite(scale) and scale >= 0):
+        raise ValueError(f"scale must be a finite number >= 0, got {scale!r}")
     advantage = float(advantage)
     if not math.isfinite(advantage):
         raise ValueError(f"advantage must be finite, got {advantage!r}")
@@ -156,6 +194,11 @@ def segment_token_advantages(
     n_in_segments = lengths.sum()
     if n_in_segments == 0:
         return out
+    if form == "segment-rewards":
+        mean = float((lengths * rewards).sum() / n_in_segments)
+        for (start, end), reward in zip(spans, rewards, strict=True):
+            out[start:end] = advantage + scale * (reward - mean)
+        return out
     logits = strength * math.copysign(1.0, advantage) * rewards
     logits = logits - logits[lengths > 0].max()  # stability; empty segments carry no weight
     weights = np.exp(logits)
@@ -175,6 +218,8 @@ def batch_token_advantages(
     mode: str = "rredcot",
     strength: float = DEFAULT_STRENGTH,
     floor: float = DEFAULT_FLOOR,
+    form: str = DEFAULT_FORM,
+    scales: Sequence[float] | None = None,
 ) -> torch.Tensor:
     """A ``(B, T)`` tensor of per-token advantages for a right-padded batch of completions.
 
@@ -184,10 +229,13 @@ def batch_token_advantages(
     completion ``i`` with ``n_tokens = completion_mask[i].sum()``, padding positions are 0. A
     row whose rewards or spans are ``None`` (no segmentation available) gets the plain
     advantage on every real token; a row without real tokens (e.g. a truncated completion that
-    TRL masked out) is all zeros and its spans are not looked at. The result has the dtype and
-    device of ``advantages``.
+    TRL masked out) is all zeros and its spans are not looked at. ``form`` and ``scales`` (one
+    group factor ``c`` per completion; ``segment-rewards`` needs them) as in
+    ``segment_token_advantages``. The result has the dtype and device of ``advantages``.
     """
-    _check_options(mode, strength, floor)
+    _check_options(mode, strength, floor, form)
+    if form == "segment-rewards" and mode != "grpo" and scales is None:
+        raise ValueError("form 'segment-rewards' needs the group scale of every completion")
     if advantages.dim() != 1 or completion_mask.dim() != 2:
         raise ValueError(
             f"expected advantages (B,) and completion_mask (B, T), got {tuple(advantages.shape)} "
@@ -198,6 +246,7 @@ def batch_token_advantages(
         advantages.shape[0] != batch
         or len(segment_rewards) != batch
         or len(segment_token_spans) != batch
+        or (scales is not None and len(scales) != batch)
     ):
         raise ValueError(
             f"batch sizes differ: advantages {advantages.shape[0]}, completion_mask {batch}, "
@@ -219,8 +268,34 @@ def batch_token_advantages(
             continue
         try:
             out[i, :n] = segment_token_advantages(
-                plain[i], rewards, spans, n, mode=mode, strength=strength, floor=floor
+                plain[i], rewards, spans, n, mode=mode, strength=strength, floor=floor,
+                form=form, scale=float(scales[i]) if scales is not None else 1.0,
             )
         except ValueError as exc:
             raise ValueError(f"row {i}: {exc}") from None
     return torch.from_numpy(out).to(device=advantages.device, dtype=advantages.dtype)
+
+
+def group_scales(
+    advantages: Sequence[float], rewards: Sequence[float], group_size: int, offset: int = 0
+) -> list[float]:
+    """The factor ``c_i`` by which each completion's outcome was normalised: ``A_i = c_i ·
+    (R_i − mean of its group)``, so ``c_i = A_i / (R_i − mean)`` whatever the scaling was
+    (per group, per batch, none). ``advantages`` are the completions' GRPO advantages,
+    ``rewards`` the totals of every completion of the step (all processes, NaN for an
+    unscorable one, left out of its group's mean), in groups of ``group_size`` consecutive
+    rows; ``advantages[i]`` belongs to ``rewards[offset + i]``. A completion whose reward equals
+    its group's mean (``A = 0``) gets 0."""
+    totals = np.asarray(rewards, dtype=np.float64).reshape(-1)
+    if group_size < 1 or totals.size % group_size:
+        raise ValueError(f"{totals.size} rewards do not form groups of {group_size}")
+    groups = totals.reshape(-1, group_size)
+    counts = (~np.isnan(groups)).sum(axis=1)
+    sums = np.nansum(groups, axis=1)
+    means = np.repeat(np.where(counts > 0, sums / np.maximum(counts, 1), np.nan), group_size)
+    out = []
+    for i, a in enumerate(advantages):
+        j = offset + i
+        gap = totals[j] - means[j]
+        out.append(float(a) / gap if np.isfinite(gap) and abs(gap) > 1e-12 and a else 0.0)
+    return out

@@ -4,19 +4,20 @@ A minimal config::
 
     train_file: data/train.jsonl     # prompt, answer, optional solution per record
     output_dir: runs/rredcot
-    advantage: rredcot               # or grpo (plain outcome advantage)
+    advantage: rredcot               # the credit source: grpo | rredcot | mc | oracle | shuffled
     grpo:
       num_generations: 8
       max_completion_length: 1024
       learning_rate: 1.0e-6
       max_steps: 500
 
-Relative paths (``train_file``, ``eval_file``, ``output_dir``) are resolved against the folder of
-the config file, so a config works from any working directory. The data files are read like the
-analysis commands' inputs (JSONL, gzip, JSON, Parquet, a ``datasets`` folder, or a dataset id
-that is no path there), with ``data_format`` (a ``--format`` preset) and ``train_split`` /
-``eval_split``. ``model`` is passed on as written
-(hub id, local folder or .gguf file; omitted = the embedded default model).
+Every path in a config (``model`` when it is a folder or .gguf file, ``train_file``,
+``eval_file``, ``output_dir``) is relative to the folder of the config file, so a config works
+from any working directory; a hub id (``Qwen/Qwen3-0.6B``, ``openai/gsm8k``) that names no path
+there stays an id (``resolve_path``). The data files are read like the analysis commands' inputs
+(JSONL, gzip, JSON, Parquet, a ``datasets`` folder, or a dataset id), with ``data_format`` (a
+``--format`` preset) and ``train_split`` / ``eval_split``. ``model`` omitted: the embedded
+default model.
 
 ``grpo`` holds options of TRL's ``GRPOConfig`` under TRL's own names; an option left out keeps
 TRL's default (so defaults live in one place, TRL), except ``bf16``, which defaults to "on when
@@ -37,8 +38,20 @@ training (greedy by default). ``lora`` trains LoRA adapters (``peft``, the optio
       alpha: 32
       target_modules: [q_proj, k_proj, v_proj, o_proj]   # default: all-linear
 
-In mode ``rredcot`` the scorer then runs through the adapted policy (base weights + the
-current adapters); checkpoints hold the adapters (``adapter_model.safetensors``).
+With ``rredcot`` or ``mc`` credit the scorer then runs through the adapted policy (base weights
++ the current adapters); checkpoints hold the adapters (``adapter_model.safetensors``).
+
+``advantage`` names the credit source (``training.credit``: grpo, rredcot, mc, oracle,
+shuffled); ``credit`` says how its segment rewards become token advantages (``advantages``)::
+
+    advantage: oracle
+    credit: {form: segment-rewards, segments: lines}   # form default: reweight (strength, floor)
+    oracle: {regime: unique}    # the training problems carry the regime's meta field
+    mc: {rollouts: 4}           # samples per segment boundary
+
+``rredcot`` takes any option of ``methods.rredcot.RredcotOptions`` and ``terminal_in_weights``.
+Older configs' ``rredcot.segments``/``strength``/``floor``/``shuffle`` still load (with a
+DeprecationWarning) as ``credit.segments``/``strength``/``floor`` and ``advantage: shuffled``.
 """
 
 from __future__ import annotations
@@ -53,10 +66,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from cotcredit.errors import UserError
-from cotcredit.training.advantages import DEFAULT_FLOOR, DEFAULT_STRENGTH
+from cotcredit.lm.loading import looks_like_path
+from cotcredit.training.advantages import DEFAULT_FLOOR, DEFAULT_FORM, DEFAULT_STRENGTH
 
 
 class _Section(BaseModel):
@@ -72,27 +94,93 @@ class _Section(BaseModel):
         return value
 
 
-class RredcotTrainingOptions(_Section):
-    """How segment rewards are computed (by the RREDCoT scorer) and turned into advantages."""
+def _check_segments(value):
+    if value == "lines" or (type(value) is int and value >= 1):
+        return value
+    raise ValueError("must be a positive integer or 'lines'")
 
-    # target number of reasoning segments per completion, or "lines": one per reasoning line
-    # (the step segmentation v̂ needs on reasoning written a step per line)
+
+class CreditOptions(_Section):
+    """How a credit source's segment rewards become per-token advantages (every source)."""
+
+    form: Literal["reweight", "segment-rewards"] = DEFAULT_FORM  # advantages.py
+    # target number of reasoning segments per completion (rredcot, mc), or "lines": one per
+    # reasoning line (the step segmentation v̂ needs on reasoning written a step per line)
     segments: int | Literal["lines"] = 8
-    value: Literal["rhat", "vhat", "both"] = "rhat"  # which estimate g_k is built from
-    exit_string: str | None = None  # answer-forcing string E; None: chosen per template
-    length_norm: bool = False  # per-token (geometric-mean) normalisation of v-hat
-    strength: float = Field(DEFAULT_STRENGTH, ge=0)  # β of the reweighting (advantages.py)
-    floor: float = Field(DEFAULT_FLOOR, ge=0, le=1)  # share of the plain advantage kept
-    # false: weights from g_k - g_{k-1} alone, the terminal correction zeta - g_K kept out
-    terminal_in_weights: bool = True
-    shuffle: bool = False  # control: rewards permuted within each completion (seeded by seed)
+    strength: float = Field(DEFAULT_STRENGTH, ge=0)  # β of reweight
+    floor: float = Field(DEFAULT_FLOOR, ge=0, le=1)  # share of the plain advantage reweight keeps
+    shuffled: Literal["rredcot", "mc", "oracle"] = "rredcot"  # whose rewards `shuffled` permutes
 
     @field_validator("segments", mode="before")
     @classmethod
     def _segments(cls, value):
-        if value == "lines" or (type(value) is int and value >= 1):
-            return value
-        raise ValueError("must be a positive integer or 'lines'")
+        return _check_segments(value)
+
+
+_MOVED = ("segments", "strength", "floor")  # rredcot.<key> before credit.<key> existed
+# Options of RredcotOptions that the rredcot section may not set: training fixes them.
+_FIXED_RREDCOT = {"sum_to": "training redistributes ζ − g_0 (sum_to: advantage)",
+                  "forcing": "set rredcot.exit_string"}
+
+
+class RredcotTrainingOptions(_Section):
+    """The ``rredcot`` credit source: RREDCoT's options as ``methods.rredcot.RredcotOptions``
+    names them (any of them; the few common ones are listed), plus ``terminal_in_weights``."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    value: Literal["rhat", "vhat", "both"] = "rhat"  # which estimate g_k is built from
+    exit_string: str | None = None  # answer-forcing string E; None: chosen per template
+    length_norm: bool = False  # per-token (geometric-mean) normalisation of v-hat
+    # false: rewards g_k - g_{k-1} alone, the terminal correction zeta - g_K kept out
+    terminal_in_weights: bool = True
+
+    @model_validator(mode="after")
+    def _rredcot_options(self):
+        """Other keys must be RredcotOptions fields (checked by building the options)."""
+        from cotcredit.methods.rredcot import RredcotOptions
+
+        names = {f.name for f in dataclasses.fields(RredcotOptions)}
+        for key in self.model_extra or {}:
+            if key in _FIXED_RREDCOT:
+                raise ValueError(f"'{key}' cannot be set here: {_FIXED_RREDCOT[key]}")
+            if key.replace("-", "_") not in names:
+                known = sorted({*names, *type(self).model_fields} - set(_FIXED_RREDCOT))
+                close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+                hint = f" (did you mean 'rredcot.{close[0]}'?)" if close else ""
+                raise ValueError(f"unknown key 'rredcot.{key}'{hint}")
+        self.options()  # every value checked now, not at the first scoring
+        return self
+
+    def options(self):
+        """The ``RredcotOptions`` the scorer runs with (``sum_to="advantage"``)."""
+        from cotcredit.lm.forcing import ForcingOptions
+        from cotcredit.methods.rredcot import RredcotOptions
+        from cotcredit.options import build_options
+
+        base = RredcotOptions(value=self.value, sum_to="advantage", length_norm=self.length_norm,
+                              forcing=ForcingOptions(exit_string=self.exit_string))
+        try:
+            return build_options(RredcotOptions, dict(self.model_extra or {}), "rredcot",
+                                 base=base).validate()
+        except UserError as exc:
+            raise ValueError(str(exc).removeprefix("rredcot: ")) from None
+
+
+class McTrainingOptions(_Section):
+    """The ``mc`` credit source: Monte Carlo rollouts from the current policy."""
+
+    rollouts: int = Field(4, ge=1)  # samples per segment boundary
+    temperature: float | None = Field(None, gt=0)  # None: grpo.temperature (TRL's 1.0 if unset)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int | None = Field(None, ge=1)  # None: grpo.max_completion_length
+    max_boundaries: int | None = Field(None, ge=2)  # roll out at most this many; interpolate
+
+
+class OracleOptions(_Section):
+    """The ``oracle`` credit source: a bench regime's checker judges each completion's steps."""
+
+    regime: str | None = None  # cotcredit.bench regime (unique, multipath, forecast, long)
 
 
 class LoraOptions(_Section):
@@ -157,13 +245,58 @@ class TrainConfig(_Section):
     eval_split: str | None = None  # split of a dataset eval_file
     output_dir: Path
     seed: int = 42
-    advantage: Literal["grpo", "rredcot"] = "rredcot"
+    advantage: Literal["grpo", "rredcot", "mc", "oracle", "shuffled"] = "rredcot"
+    credit: CreditOptions = CreditOptions()
     rredcot: RredcotTrainingOptions = RredcotTrainingOptions()
+    mc: McTrainingOptions = McTrainingOptions()
+    oracle: OracleOptions = OracleOptions()
     lora: LoraOptions = LoraOptions()
     grpo: GrpoOptions = GrpoOptions()
     eval: EvalOptions = EvalOptions()
 
     _source: str = PrivateAttr("config")  # how error messages name the file
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_rredcot_keys(cls, data):
+        """rredcot.segments / strength / floor / shuffle (before `credit`) still load."""
+        rredcot = data.get("rredcot") if isinstance(data, dict) else None
+        if not isinstance(rredcot, dict) or not {*rredcot} & {*_MOVED, "shuffle"}:
+            return data
+        rredcot = dict(rredcot)
+        moved = {k: rredcot.pop(k) for k in _MOVED if k in rredcot}
+        shuffle = rredcot.pop("shuffle", None)
+        data = {**data, "rredcot": rredcot}
+        credit = dict(data["credit"]) if isinstance(data.get("credit"), dict) else {}
+        for key, value in moved.items():
+            if key in credit:
+                raise ValueError(f"rredcot.{key} and credit.{key} both set: keep credit.{key}")
+            credit[key] = value
+        if shuffle:
+            if data.get("advantage", "rredcot") != "rredcot":
+                raise ValueError("rredcot.shuffle needs advantage rredcot; write "
+                                 "'advantage: shuffled' instead")
+            data["advantage"] = "shuffled"
+            credit.setdefault("shuffled", "rredcot")
+        data["credit"] = credit
+        warnings.warn(
+            "train config: rredcot.segments/strength/floor/shuffle moved to credit.segments/"
+            "strength/floor and 'advantage: shuffled'", DeprecationWarning, stacklevel=2)
+        return data
+
+    @model_validator(mode="after")
+    def _source_needs(self):
+        uses = self.credit.shuffled if self.advantage == "shuffled" else self.advantage
+        if uses == "oracle" and not self.oracle.regime:
+            raise ValueError("the oracle credit needs 'oracle.regime' (a bench regime whose "
+                             "checker judges the steps)")
+        if uses == "oracle":
+            from cotcredit.bench.regimes import REGIMES
+
+            if self.oracle.regime not in REGIMES:
+                raise ValueError(f"oracle.regime '{self.oracle.regime}' is no bench regime; "
+                                 f"known: {', '.join(REGIMES)}")
+        return self
 
 
 # Keys that look like options but are not: the message says what to do instead.
@@ -258,8 +391,10 @@ def _error_message(error: dict) -> str:
         return f"{where}: must be {op} {bound}{got}"
     if kind == "literal_error":
         return f"{where}: must be {ctx['expected']}{got}"
+    if kind == "value_error" and not loc:  # a check of the whole config
+        return str(ctx["error"])
     if kind == "value_error":  # a field's own check: its message says what is wanted
-        return f"{where}: {ctx['error']}{got}"
+        return f"{where}: {ctx['error']}{'' if isinstance(error.get('input'), dict) else got}"
     if kind == "finite_number":
         return f"{where}: must be a finite number{got}"
     if kind == "int_from_float":
@@ -331,6 +466,34 @@ def _read_yaml(path: Path, source: str) -> Any:
         raise UserError(f"{source}: invalid YAML ({problem})") from None
 
 
+#: The fields of a config that name files or folders (the model: when it is one).
+PATH_FIELDS = ("model", "train_file", "eval_file", "output_dir")
+# A name ending so is a file, never a hub id ("Qwen3-0.6B" ends in ".6B": no file suffix).
+_FILE_SUFFIXES = (".jsonl", ".json", ".gz", ".parquet", ".gguf")
+
+
+def resolve_path(value: str | Path, base: Path, *, may_be_id: bool) -> str | Path:
+    """`value` relative to the folder `base` (the config file's), as most tools read a config:
+    ``~`` expanded, an absolute path kept, a relative one joined to `base` (lexically: "a/../b"
+    is "b", links are kept). With `may_be_id`, a hub-style id ("openai/gsm8k",
+    "Qwen/Qwen3-0.6B") that names no path there and does not look like one stays as written."""
+    text = os.path.expanduser(str(value))
+    if may_be_id and not os.path.isabs(text) and not (base / text).exists() and not (
+        looks_like_path(str(value)) or Path(text).suffix in _FILE_SUFFIXES
+    ):
+        return value
+    return type(value)(os.path.normpath(base / text))
+
+
+def config_paths(cfg: TrainConfig, base: Path) -> dict[str, str | Path]:
+    """Every path of `cfg` (`PATH_FIELDS`) resolved against `base` (`resolve_path`): the model
+    and the data files may be hub ids, the output folder is always a path."""
+    return {
+        name: resolve_path(value, base, may_be_id=name != "output_dir")
+        for name in PATH_FIELDS if (value := getattr(cfg, name)) is not None
+    }
+
+
 def load_config(path: str | Path) -> TrainConfig:
     """Read and validate a train config; any mistake raises ``UserError`` with a one-line message."""
     path = Path(path)
@@ -348,16 +511,7 @@ def load_config(path: str | Path) -> TrainConfig:
         errors = _errors_in_order(exc)
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise UserError(f"{source}: {_error_message(errors[0])}{more}") from None
-    base = path.resolve().parent
-    updates = {
-        name: Path(os.path.normpath(base / value))  # lexical: "a/../b" -> "b", links kept
-        for name in ("train_file", "eval_file", "output_dir")
-        if (value := getattr(cfg, name)) is not None and not value.is_absolute()
-        # A dataset id ("openai/gsm8k") stays as written when no such path is there.
-        and not (name != "output_dir" and not value.suffix and not (base / value).exists()
-                 and not str(value).startswith("."))
-    }
-    cfg = cfg.model_copy(update=updates)
+    cfg = cfg.model_copy(update=config_paths(cfg, path.resolve().parent))
     cfg._source = source
     return cfg
 

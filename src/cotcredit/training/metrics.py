@@ -64,10 +64,12 @@ class MetricsLogger(TrainerCallback):
         return float(getattr(self.trainer, "rredcot_seconds_total", 0.0) or 0.0)
 
     def on_step_begin(self, args, state, control, **kwargs):
+        """Start timing a step."""
         self._t0 = time.perf_counter()
         self._r0 = self._rredcot_total()
 
     def on_step_end(self, args, state, control, **kwargs):
+        """Stop timing a step."""
         if self._t0 is not None:
             self._seconds += time.perf_counter() - self._t0
             self._rredcot += self._rredcot_total() - self._r0
@@ -75,6 +77,7 @@ class MetricsLogger(TrainerCallback):
             self._t0 = None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        """Append the logged metrics of a step to metrics.jsonl (main process)."""
         logs = dict(logs or {})
         if "train_runtime" in logs or not ("loss" in logs or "reward" in logs):
             return  # the end-of-training summary, or an evaluation log

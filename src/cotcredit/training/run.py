@@ -3,7 +3,7 @@
 ``train(config)`` does, in order:
 
 1. Read and validate the config (``config.load_config``; ``max_steps`` may override it), build
-   TRL's ``GRPOConfig``, read the problem files (``generate.read_problems``: prompt, answer,
+   TRL's ``GRPOConfig``, read the problem files (``data.load_problems``: prompt, answer,
    optional solution, id; line-numbered errors).
 2. Load the model and tokenizer through ``cotcredit.lm`` (hub id, local folder, .gguf file or
    the embedded default; a fresh copy, never the analysis commands' cached one, since training
@@ -14,7 +14,7 @@
    reference answer (``grading.grade_completion``, math-verify), else 0.0.
 5. Mode ``rredcot``: ``scoring.PolicySegmentRewards`` on the trainer's own model (the current
    policy; with ``lora``, the adapted one) gives the segment rewards of a batch's completions
-   (``cotcredit.online.OnlineRredcot``: shared forward and probe passes), redistributing each
+   (``cotcredit.training.online.OnlineRredcot``: shared forward and probe passes), redistributing each
    completion's total reward (step 4's functions, weighted as TRL weights them);
    ``RredcotGRPOTrainer`` turns them into per-token advantages
    (``advantages.segment_token_advantages``).
@@ -41,8 +41,9 @@ from pathlib import Path
 import yaml
 
 from cotcredit import distributed
-from cotcredit.encoding import rendered_by_template
+from cotcredit.data.problems import load_problems
 from cotcredit.errors import UserError
+from cotcredit.lm.encoding import rendered_by_template
 from cotcredit.training.config import TrainConfig, load_config, lora_config, to_grpo_config
 from cotcredit.training.metrics import (
     CURVE_FILE,
@@ -74,12 +75,9 @@ class TrainResult:
 
 # ---- data ------------------------------------------------------------------------------------
 def _problems(path: Path, cfg=None, split: str | None = None):
-    from cotcredit.problems import read_problems
-    from cotcredit.traces import format_names
-
-    names = format_names(cfg.data_format if cfg is not None else None)
-    problems, _ = read_problems(path, names, split=split)
-    return problems
+    """The problems of a data file with a config's `data_format` (`data.load_problems`, the
+    public name; this one is kept for older scripts)."""
+    return load_problems(path, cfg.data_format if cfg is not None else None, split)
 
 
 def prompt_field(problem_prompt: str, chat: bool, system_prompt: str | None, tokenizer=None):
@@ -99,9 +97,19 @@ def prompt_ids(tokenizer, prompt) -> list[int]:
     return list(tokenizer(prompt)["input_ids"])
 
 
+def _texts(value) -> list[str]:
+    """A `solutions` field as a list of texts (one text: a list of it)."""
+    if not value:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
+
+
 def build_dataset(problems, chat: bool, system_prompt: str | None, tokenizer=None):
+    """The training dataset: per problem the `prompt_field`, answer, solution and problem id."""
     from datasets import Dataset
 
+    # Several reference solutions (a `solutions` list) reach v̂ when any problem has them.
+    listed = any(p.extra.get("solutions") for p in problems)
     return Dataset.from_list(
         [
             {
@@ -109,6 +117,7 @@ def build_dataset(problems, chat: bool, system_prompt: str | None, tokenizer=Non
                 "answer": p.answer,
                 "solution": p.solution,
                 "problem_id": p.id,
+                **({"solutions": _texts(p.extra.get("solutions"))} if listed else {}),
             }
             for p in problems
         ]
@@ -123,7 +132,7 @@ def _completion_text(completion) -> str:
 
 def correct(completions, answer, **kwargs) -> list[float]:
     """The reward: 1.0 when the completion's final answer equals the reference (math-verify)."""
-    from cotcredit.grading import grade_completion
+    from cotcredit.data.grading import grade_completion
 
     return [
         1.0 if grade_completion(_completion_text(c), str(a)).correct else 0.0
@@ -155,24 +164,24 @@ def load_policy(cfg: TrainConfig):
 
 def _check_rredcot_inputs(fn, problems, cfg: TrainConfig) -> None:
     """Fail before training on what would fail at the first scoring of a problem."""
-    from cotcredit.forcing import answer_forcing
+    from cotcredit.lm.forcing import answer_forcing
 
     forcing = answer_forcing(fn.scorer, fn.options.forcing)
     for p in problems:
         where = f"{p.source}:{p.line}"
-        if cfg.rredcot.value == "vhat" and not p.solution:
+        if fn.options.value == "vhat" and not p.solution:
             raise UserError(
                 f"{where}: rredcot.value vhat needs a reference solution "
                 "(field 'solution') for every training problem"
             )
         forcing.answer_probe(p.answer, where)
-        if p.solution and cfg.rredcot.value != "rhat":
+        if p.solution and fn.options.value != "rhat":
             forcing.solution_probe(fn.options.connector, p.solution, p.answer, where)
 
 
 # ---- evaluation ------------------------------------------------------------------------------
 def _eval_options(cfg: TrainConfig, args):
-    from cotcredit.sampling import SamplingOptions
+    from cotcredit.lm.generation import SamplingOptions
 
     e = cfg.eval
     return SamplingOptions(
@@ -190,8 +199,8 @@ def evaluate(trainer, problems, prompts: list[list[int]], options) -> tuple[dict
     import torch
     from trl.models.utils import unwrap_model_for_generation
 
-    from cotcredit.grading import grade_completion
-    from cotcredit.sampling import HFGenerator
+    from cotcredit.data.grading import grade_completion
+    from cotcredit.lm.sampling import HFGenerator
 
     acc = trainer.accelerator
     mine = list(range(acc.process_index, len(problems), acc.num_processes))
@@ -361,34 +370,23 @@ def train(
     cfg = _with_overrides(cfg, max_steps, seed)
     args = to_grpo_config(cfg)
     peft_config = lora_config(cfg)
-    train_problems = _problems(cfg.train_file, cfg, cfg.train_split)
-    eval_problems = (_problems(cfg.eval_file, cfg, cfg.eval_split)
+    train_problems = load_problems(cfg.train_file, cfg.data_format, cfg.train_split)
+    eval_problems = (load_problems(cfg.eval_file, cfg.data_format, cfg.eval_split)
                      if cfg.eval_file is not None else None)
     out = Path(cfg.output_dir)
     checkpoint = _resume_checkpoint(out, resume, overwrite)
 
-    from cotcredit.lm import ModelOptions
+    from cotcredit.training.credit import credit_source
     from cotcredit.training.scoring import PolicySegmentRewards
     from cotcredit.training.trainer import RredcotGRPOTrainer
 
     model, tokenizer, label = load_policy(cfg)
     chat = bool(cfg.chat_template and getattr(tokenizer, "chat_template", None))
     dataset = build_dataset(train_problems, chat, cfg.system_prompt, tokenizer)
-    segment_fn = None
-    if cfg.advantage == "rredcot":
-        segment_fn = PolicySegmentRewards(
-            model,
-            tokenizer,
-            segments=cfg.rredcot.segments,
-            value=cfg.rredcot.value,
-            exit_string=cfg.rredcot.exit_string,
-            length_norm=cfg.rredcot.length_norm,
-            model_options=ModelOptions(
-                model=cfg.model, chat_template=cfg.chat_template, system_prompt=cfg.system_prompt
-            ),
-            name=label,
-            terminal_in_weights=cfg.rredcot.terminal_in_weights,
-        )
+    segment_fn = credit_source(cfg, model, tokenizer, train_problems, name=label,
+                               temperature=args.temperature,
+                               max_new_tokens=args.max_completion_length)
+    if isinstance(segment_fn, PolicySegmentRewards):
         _check_rredcot_inputs(segment_fn, train_problems, cfg)
 
     out.mkdir(parents=True, exist_ok=True)
@@ -402,14 +400,15 @@ def train(
             train_dataset=dataset,
             processing_class=tokenizer,
             callbacks=[logger, *(callbacks or [])],
-            advantage_mode=cfg.advantage,
+            advantage_mode="grpo" if segment_fn is None else "rredcot",
             segment_rewards_fn=segment_fn,
-            strength=cfg.rredcot.strength,
-            floor=cfg.rredcot.floor,
-            shuffle_seed=cfg.seed if cfg.rredcot.shuffle else None,
+            strength=cfg.credit.strength,
+            floor=cfg.credit.floor,
+            shuffle_seed=cfg.seed if cfg.advantage == "shuffled" else None,
+            form=cfg.credit.form,
             peft_config=peft_config,
         )
-    if segment_fn is not None:
+    if hasattr(segment_fn, "model"):
         # With LoRA the trainer wrapped the model: score through the adapted policy it trains.
         segment_fn.model = trainer.model
     logger.trainer = trainer

@@ -1,7 +1,7 @@
 """RREDCoT segment rewards of freshly generated completions, scored by the current policy.
 
 ``PolicySegmentRewards`` is the ``segment_rewards_fn`` of ``RredcotGRPOTrainer`` in mode
-``rredcot``: ``cotcredit.online.OnlineRredcot`` on the trainer's own model, fed the dataset rows.
+``rredcot``: ``cotcredit.training.online.OnlineRredcot`` on the trainer's own model, fed the dataset rows.
 The trainer calls ``score_batch`` once per generation batch (the completions share padded
 forward and packed probe passes); ``fn(prompt_ids, completion_ids, example=row)`` scores one
 completion the same way. It takes the token ids TRL generated — no re-rendering, no
@@ -32,16 +32,17 @@ is called by the trainer under ``no_grad`` with the model in eval mode.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cotcredit.encoding import EncodedTrace
-from cotcredit.forcing import ForcingOptions
 from cotcredit.lm import ModelOptions, Scorer
+from cotcredit.lm.encoding import EncodedTrace
+from cotcredit.lm.forcing import ForcingOptions
 from cotcredit.methods.rredcot import RredcotOptions
-from cotcredit.online import CompletionCredit, OnlineRredcot
 from cotcredit.training.advantages import value_difference_rewards
+from cotcredit.training.online import CompletionCredit, OnlineRredcot
 
 SegmentRewards = tuple[list[float], list[tuple[int, int]]]
 
@@ -57,20 +58,38 @@ class ScoredCompletion:
     spans: list[tuple[int, int]]
 
 
-def _prompt_text(example: dict) -> str:
+def prompt_text(example: dict) -> str:
+    """The problem text of a dataset row: the prompt, or the last user turn of chat messages."""
     prompt = example.get("prompt")
     if isinstance(prompt, list):  # chat messages: the last user turn is the problem
         prompt = next((m["content"] for m in reversed(prompt) if m.get("role") == "user"), "")
     return str(prompt or "")
 
 
-class PolicySegmentRewards:
+class OneAtATime:
+    """``fn(prompt_ids, completion_ids, example=row, outcome=None)``: one completion scored as a
+    batch of one by the subclass's ``score_batch`` (the trainer's per-completion convention;
+    every credit source has both)."""
+
+    def __call__(
+        self, prompt_ids: Sequence[int], completion_ids: Sequence[int], example: dict | None = None,
+        outcome: float | None = None,
+    ) -> SegmentRewards | None:
+        if example is None:
+            raise ValueError(f"{type(self).__name__} needs the completion's dataset row "
+                             "(example=...) with its reference answer")
+        return self.score_batch([prompt_ids], [completion_ids], [example], [outcome])[0]
+
+
+class PolicySegmentRewards(OneAtATime):
     """``segment_rewards_fn`` of the trainer: RREDCoT segment rewards from the current policy.
 
     ``model`` is the policy object given to the trainer (the trainer updates it in place, so
     every call scores with the current weights; a PEFT model scores with its adapters);
     ``tokenizer`` the trainer's. Each completion comes with its dataset row (``answer``,
-    optional ``solution``, ``prompt``, ``problem_id``).
+    optional ``solution``, ``prompt``, ``problem_id``). ``options``: any ``RredcotOptions``
+    (``sum_to`` is set to "advantage"); when given, ``value``, ``exit_string`` and
+    ``length_norm`` are not used.
     """
 
     def __init__(
@@ -85,13 +104,12 @@ class PolicySegmentRewards:
         model_options: ModelOptions | None = None,
         name: str = "policy",
         terminal_in_weights: bool = True,
+        options: RredcotOptions | None = None,
     ):
-        self.options = RredcotOptions(
-            value=value,
-            sum_to="advantage",
-            length_norm=length_norm,
-            forcing=ForcingOptions(exit_string=exit_string),
-        ).validate()
+        if options is None:
+            options = RredcotOptions(value=value, length_norm=length_norm,
+                                     forcing=ForcingOptions(exit_string=exit_string))
+        self.options = dataclasses.replace(options, sum_to="advantage").validate()
         self.online = OnlineRredcot(
             model, tokenizer, self.options, segments=segments, model_options=model_options,
             on_unscorable="skip", name=name,
@@ -106,6 +124,7 @@ class PolicySegmentRewards:
 
     @property
     def model(self):
+        """The policy being scored (the object the trainer updates)."""
         return self.online.model
 
     @model.setter
@@ -116,17 +135,6 @@ class PolicySegmentRewards:
     def scorer(self) -> Scorer:
         """The ``Scorer`` on the policy (device and dtype follow the model)."""
         return self.online.scorer
-
-    def __call__(
-        self, prompt_ids: Sequence[int], completion_ids: Sequence[int], example: dict | None = None,
-        outcome: float | None = None,
-    ) -> SegmentRewards | None:
-        if example is None:
-            raise ValueError(
-                "PolicySegmentRewards needs the completion's dataset row (example=...) with its "
-                "reference answer"
-            )
-        return self.score_batch([prompt_ids], [completion_ids], [example], [outcome])[0]
 
     def score_batch(
         self,
@@ -146,9 +154,9 @@ class PolicySegmentRewards:
         credits = self.online(
             prompt_ids, completion_ids,
             [str(e["answer"]) for e in examples],
-            [e.get("solution") or None for e in examples],
+            [e.get("solutions") or e.get("solution") or None for e in examples],
             outcomes,
-            [_prompt_text(e) for e in examples],
+            [prompt_text(e) for e in examples],
         )
         for message in self.online.last_errors.values():
             self.failures += 1

@@ -48,10 +48,13 @@ from trl.models.utils import unwrap_model_for_generation
 
 from cotcredit.training.advantages import (
     DEFAULT_FLOOR,
+    DEFAULT_FORM,
     DEFAULT_STRENGTH,
+    FORMS,
     MODES,
     batch_token_advantages,
     completion_key,
+    group_scales,
     shuffled_rewards,
 )
 
@@ -67,7 +70,9 @@ class RredcotGRPOTrainer(GRPOTrainer):
     ``segment_rewards_fn(prompt_ids, completion_ids[, example=row]) -> (rewards, spans) | None``
     — required in mode ``rredcot``; ``strength`` and ``floor`` — see ``advantages.segment_token_advantages``;
     ``shuffle_seed`` — not None: the shuffled control, each completion's rewards permuted before
-    weighting (``advantages.shuffled_rewards``, keyed by the seed and the completion's token ids).
+    weighting (``advantages.shuffled_rewards``, keyed by the seed and the completion's token ids);
+    ``form`` — ``"reweight"`` or ``"segment-rewards"`` (``advantages``); any credit source of
+    ``credit`` serves as ``segment_rewards_fn``.
     """
 
     def __init__(
@@ -78,8 +83,11 @@ class RredcotGRPOTrainer(GRPOTrainer):
         strength: float = DEFAULT_STRENGTH,
         floor: float = DEFAULT_FLOOR,
         shuffle_seed: int | None = None,
+        form: str = DEFAULT_FORM,
         **kwargs,
     ):
+        if form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {form!r}")
         if advantage_mode not in MODES:
             raise ValueError(f"advantage_mode must be one of {MODES}, got {advantage_mode!r}")
         if advantage_mode == "rredcot" and segment_rewards_fn is None:
@@ -93,6 +101,7 @@ class RredcotGRPOTrainer(GRPOTrainer):
         self.strength = strength
         self.floor = floor
         self.shuffle_seed = shuffle_seed
+        self.form = form
         self.rredcot_seconds_total = 0.0  # this process's seconds in segment_rewards_fn so far
         self._scoring_examples = None
         self._rewards_per_func = None  # the last batch's rewards (all processes' rows)
@@ -116,6 +125,21 @@ class RredcotGRPOTrainer(GRPOTrainer):
         totals = (mine * self.reward_weights.to(mine.device).unsqueeze(0)).nansum(dim=1)
         unscorable = torch.isnan(mine).all(dim=1)
         return [None if u else float(t) for t, u in zip(totals.tolist(), unscorable.tolist())]
+
+    def _group_scales(self, advantages: list[float]) -> list[float]:
+        """Per local completion, the factor its group normalisation divided the outcome by
+        (``advantages.group_scales``; form ``segment-rewards`` needs it)."""
+        rewards = self._rewards_per_func
+        if rewards is None:
+            raise ValueError("form 'segment-rewards' needs the batch's rewards")
+        if getattr(self, "multi_objective_aggregation", "sum_then_normalize") != \
+                "sum_then_normalize":
+            raise ValueError("form 'segment-rewards' needs multi_objective_aggregation "
+                             "'sum_then_normalize' (the advantage of the summed reward)")
+        totals = (rewards * self.reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
+        totals[torch.isnan(rewards).all(dim=1)] = torch.nan
+        offset = self.accelerator.process_index * len(advantages)
+        return group_scales(advantages, totals.tolist(), self.num_generations, offset)
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
@@ -201,6 +225,7 @@ class RredcotGRPOTrainer(GRPOTrainer):
                 n_segments.append(len(rewards[i]))
         seconds = time.perf_counter() - start
         self.rredcot_seconds_total += seconds
+        scales = self._group_scales(plain) if self.form == "segment-rewards" else None
         try:
             token_advantages = batch_token_advantages(
                 advantages,
@@ -210,6 +235,8 @@ class RredcotGRPOTrainer(GRPOTrainer):
                 mode="rredcot",
                 strength=self.strength,
                 floor=self.floor,
+                form=self.form,
+                scales=scales,
             )
         except ValueError as exc:
             raise ValueError(f"segment_rewards_fn returned unusable segments: {exc}") from exc

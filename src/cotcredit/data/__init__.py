@@ -1,0 +1,52 @@
+"""Reading input: every form traces and problems come in, the `Trace` record, and grading.
+
+Layer 1 of cotcredit (it imports only the core modules). Its modules, each building on those
+listed before it:
+
+* ``readers``: records from JSONL, gzip, JSON, Parquet, ``datasets`` folders and ids;
+* ``fields``: which keys hold each part of a trace (``FieldNames``, the ``--format`` presets);
+* ``grading``: extracting a final answer and checking it against the reference;
+* ``trace``: the ``Trace`` record, where its reasoning ends and where it departs from a
+  reference solution;
+* ``records``: one input record -> its traces (``parse_record``);
+* ``traces``: reading a whole input, streamed or into memory;
+* ``problems``: problem sets (prompt, answer, optional solution);
+* ``outcome``: a trace's outcome ζ.
+
+The names below are importable from ``cotcredit.data`` and load their module on first use.
+"""
+
+from __future__ import annotations
+
+from cotcredit._lazy import lazy_index
+
+_WHERE = {
+    **dict.fromkeys((
+        "BATCH_ROWS", "decode_json", "Records", "parquet_files", "open_records",
+    ), "cotcredit.data.readers"),
+    **dict.fromkeys((
+        "FieldNames", "FORMATS", "format_names", "FieldOptions", "MISSING", "get_path", "pick",
+    ), "cotcredit.data.fields"),
+    **dict.fromkeys((
+        "THINK_OPEN", "THINK_CLOSE", "Trace", "TraceError", "one_line", "reasoning_end",
+        "first_departure",
+    ), "cotcredit.data.trace"),
+    **dict.fromkeys((
+        "STEP_SEPARATOR", "final_answer", "parse_record", "parse_trace",
+    ), "cotcredit.data.records"),
+    **dict.fromkeys((
+        "ReadResult", "SeenIds", "iter_traces", "read_traces",
+    ), "cotcredit.data.traces"),
+    **dict.fromkeys((
+        "ProblemInputOptions", "Problem", "parse_problem", "read_problems", "load_problems",
+    ), "cotcredit.data.problems"),
+    **dict.fromkeys((
+        "last_boxed", "extract_answer", "GradeResult", "grade", "grade_completion",
+    ), "cotcredit.data.grading"),
+    **dict.fromkeys((
+        "trace_outcome",
+    ), "cotcredit.data.outcome"),
+}
+
+__all__ = sorted(_WHERE)
+__getattr__, __dir__ = lazy_index(__name__, _WHERE)

@@ -1,1 +1,0 @@
-"""RREDCoT credit inside other training engines (each module needs its engine installed)."""

@@ -1,0 +1,356 @@
+"""How text becomes the tokens the model sees: traces, generated completions, probe blocks.
+
+Three jobs, one rule each:
+
+- A trace (`encode_trace`): the prompt is rendered and tokenized on its own, the response is
+  tokenized on its own and appended, so every prefix is exactly what the model saw.
+- A completion the model generated during training (`encode_completion`): its token ids are
+  kept as generated (no re-tokenization of the text); their character offsets come from the
+  tokenizer's offsets when re-tokenizing gives the same ids, else from incremental decoding.
+- Both then share `encoded_trace`: the reasoning is the tokens that lie entirely before the
+  reasoning end (`data.trace.reasoning_end`: `</think>`, or the final-answer statement). A token
+  that straddles it ("12. The" when the statement starts at "The") belongs to the answer, and a
+  token that continues a character split over several tokens is never a cut. The same
+  completion therefore gives the same reasoning tokens in `redistribute` and in `train`.
+- A probe block (`encode_parts`): the exit string E, the reference answer Y*, the connector C and
+  the reference solution U* are tokenized *together*, as the model would write the joined text
+  after a prefix, and each named part is located by character offsets. With byte-level BPE,
+  `\\boxed{\\frac{1}{2}}` does not split into the tokens of `\\boxed{` and `\\frac{1}{2}`; a
+  SentencePiece tokenizer would put a word-start marker before text encoded on its own. The
+  tokens of a part are those overlapping its characters; a token that straddles two parts
+  belongs to the earlier scored part (so a seam token is scored, never silently dropped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cotcredit.data.trace import Trace, reasoning_end
+from cotcredit.errors import UserError
+
+_REPLACEMENT = "\ufffd"  # what decoding shows for an incomplete UTF-8 character
+# Text put before a probe so it is tokenized as a continuation, not as the start of a text
+# (SentencePiece adds a word-start marker there). Tried in order until one splits cleanly.
+_ANCHORS = (".", "\n", " ", "a", "0")
+
+
+@dataclass
+class EncodedTrace:
+    """A trace tokenized the way the model saw it: prompt tokens, then reasoning tokens.
+
+    `token_starts[i]` is the character offset in the response where reasoning token i starts;
+    `token_starts[n]` is where the reasoning ends. `cuttable[i]` says a segment may start at
+    token i (False inside a multi-byte character split over tokens).
+    """
+
+    trace: Trace
+    prompt_ids: list[int]
+    reasoning_ids: list[int]
+    token_starts: list[int]
+    cuttable: list[bool]
+    truncated: int = 0  # reasoning tokens dropped to fit the context
+
+    @property
+    def prompt_len(self) -> int:
+        """Tokens of the rendered prompt."""
+        return len(self.prompt_ids)
+
+    @property
+    def ids(self) -> list[int]:
+        """Prompt and reasoning tokens: the sequence the model reads."""
+        return self.prompt_ids + self.reasoning_ids
+
+    @property
+    def n_reasoning(self) -> int:
+        """Tokens of the reasoning."""
+        return len(self.reasoning_ids)
+
+    @property
+    def reasoning_text(self) -> str:
+        """The reasoning text its tokens cover (the response up to the last reasoning token)."""
+        return self.trace.response[: self.token_starts[-1]]
+
+    def prefix(self, k_tokens: int) -> list[int]:
+        """Prompt plus the first `k_tokens` reasoning tokens."""
+        return self.prompt_ids + self.reasoning_ids[:k_tokens]
+
+
+def encoded_trace(
+    trace: Trace,
+    prompt_ids: Sequence[int],
+    ids: Sequence[int],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    cuttable: Sequence[bool],
+    *,
+    max_context: int,
+    reserve: int = 0,
+    truncate: bool = False,
+) -> EncodedTrace:
+    """The `EncodedTrace` of a response tokenized as `ids` with character spans
+    `[starts[i], ends[i])` in `trace.response` (the one rule for traces and completions).
+
+    `reserve` tokens stay free in the context for probes; a longer trace is a `UserError`, or,
+    with `truncate`, loses the end of its reasoning.
+    """
+    prompt_ids = list(prompt_ids)
+    if not prompt_ids:
+        raise UserError(
+            f"{trace.where}: the prompt gives no tokens (empty prompt, no chat template and no "
+            "BOS token): the state before the reasoning would be empty; give a prompt text"
+        )
+    response = trace.response
+    rend = reasoning_end(response)
+    n = sum(1 for e in ends[: len(ids)] if e <= rend)
+    while 0 < n < len(ids) and not cuttable[n]:
+        n -= 1
+    end_char = starts[n] if n < len(ids) else len(response)
+    if n == len(ids) and rend < len(response):
+        end_char = rend
+    if n == 0:
+        raise UserError(f"{trace.where}: response has no reasoning tokens before its final answer")
+    reasoning_ids = list(ids[:n])
+    token_starts = list(starts[:n]) + [end_char]
+    truncated = 0
+    limit = max_context - reserve
+    if len(prompt_ids) + n > limit:
+        if not truncate or len(prompt_ids) + 1 > limit:
+            raise UserError(
+                f"{trace.where}: prompt ({len(prompt_ids)}) + reasoning ({n}) tokens + probes "
+                f"({reserve}) exceed the model's context of {max_context} tokens; use "
+                "--truncate to drop the end of the reasoning"
+            )
+        keep = limit - len(prompt_ids)
+        while keep > 0 and not cuttable[keep]:
+            keep -= 1
+        truncated = n - keep
+        reasoning_ids = reasoning_ids[:keep]
+        token_starts = list(starts[:keep]) + [starts[keep]]
+    return EncodedTrace(
+        trace, prompt_ids, reasoning_ids, token_starts, list(cuttable[: len(reasoning_ids)]),
+        truncated,
+    )
+
+
+def text_offsets(tokenizer, text: str) -> tuple[list[int], list[int], list[int], list[bool]]:
+    """(ids, starts, ends, cuttable) of `text` tokenized on its own (fast tokenizer offsets)."""
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = list(enc["input_ids"])
+    offsets = [tuple(o) for o in enc["offset_mapping"]]
+    starts = [int(o[0]) for o in offsets]
+    ends = [int(o[1]) for o in offsets]
+    cut = [True] + [starts[i] >= ends[i - 1] for i in range(1, len(ids))]
+    return ids, starts, ends, cut
+
+
+def encode_trace(
+    tokenizer, trace: Trace, prompt_ids: Sequence[int], *, max_context: int, reserve: int = 0,
+    truncate: bool = False,
+) -> EncodedTrace:
+    """A trace as the model saw it: `prompt_ids`, then the response tokenized on its own."""
+    ids, starts, ends, cut = text_offsets(tokenizer, trace.response)
+    return encoded_trace(
+        trace, prompt_ids, ids, starts, ends, cut, max_context=max_context, reserve=reserve,
+        truncate=truncate,
+    )
+
+
+def _decode(tokenizer, ids: Sequence[int]) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def token_offsets(
+    tokenizer, ids: Sequence[int], context: Sequence[int] = ()
+) -> tuple[str, list[int], list[bool]]:
+    """Text of `ids` and, per token, the character offset where it starts and whether a
+    segment may start there (False for a token that continues a character split over tokens).
+
+    `context` (e.g. the prompt's last tokens) is decoded in front and removed again, so
+    tokenizers that drop the leading space of a lone piece (SentencePiece) give the text the ids
+    have after that context. Fast path: re-tokenizing the text gives back `ids`; then the
+    tokenizer's offsets are used, as for traces. Otherwise (a non-canonical tokenization, which
+    sampling produces now and then) tokens are decoded one at a time against a short window of
+    the preceding ones (the incremental scheme of streaming detokenizers).
+    """
+    ids = list(ids)
+    context = list(context)
+    if not ids:
+        return "", [], []
+    head = _decode(tokenizer, context) if context else ""
+    both = _decode(tokenizer, context + ids)
+    text = both[len(head) :] if both.startswith(head) else _decode(tokenizer, ids)
+    try:
+        fast_ids, starts, _, cut = text_offsets(tokenizer, text)
+    except (NotImplementedError, ValueError, TypeError):  # slow tokenizers have no offsets
+        fast_ids = []
+    if fast_ids == ids:
+        return text, starts, cut
+
+    seq = context + ids
+    base = len(context)
+    pieces: list[str] = []
+    emitted = 0  # characters produced so far
+    starts, cut = [], []
+    window = max(0, base - 3)  # decode from here: a few tokens before the pending ones
+    pending = 0  # first token of ids not yet given a start
+    for i in range(len(ids)):
+        prev = _decode(tokenizer, seq[window : base + pending])
+        cur = _decode(tokenizer, seq[window : base + i + 1])
+        if i + 1 < len(ids) and (cur.endswith(_REPLACEMENT) or not cur.startswith(prev)):
+            continue  # token i ends inside a character: wait for the rest of it
+        delta = cur[len(prev) :] if cur.startswith(prev) else cur
+        for t in range(pending, i + 1):
+            starts.append(emitted)
+            cut.append(t == pending)
+        pieces.append(delta)
+        emitted += len(delta)
+        window = base + pending
+        pending = i + 1
+    return "".join(pieces), starts, cut
+
+
+def template_markers(tokenizer) -> tuple[str, ...]:
+    """The special-token strings the tokenizer's chat template writes around a message (e.g.
+    ``<|im_start|>``, ``<start_of_turn>``); empty without a template."""
+    cache = getattr(tokenizer, "__dict__", {})
+    if "_cotcredit_markers" in cache:
+        return cache["_cotcredit_markers"]
+    markers: tuple[str, ...] = ()
+    if getattr(tokenizer, "chat_template", None):
+        try:
+            shown = tokenizer.apply_chat_template(
+                [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True
+            )
+        except Exception:  # a template that needs other roles: no markers, template applies
+            shown = ""
+        specials = set(getattr(tokenizer, "all_special_tokens", []) or [])
+        # Added tokens too: converted tokenizers do not always flag turn markers as special.
+        specials |= {str(t) for t in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).values()}
+        markers = tuple(sorted(t for t in specials if len(t) > 1 and t in shown))
+    cache["_cotcredit_markers"] = markers
+    return markers
+
+
+def rendered_by_template(tokenizer, prompt: str) -> bool:
+    """Whether `prompt` is already a conversation in the model's chat format (it holds the
+    template's own special tokens): applying the template again would wrap it twice."""
+    return any(m in prompt for m in template_markers(tokenizer))
+
+
+def special_ids(tokenizer) -> set[int]:
+    """Ids of the tokenizer's special tokens (EOS, padding, ...)."""
+    ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+    for name in ("eos_token_id", "pad_token_id"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, int):
+            ids.add(value)
+    return ids
+
+
+def completion_text(
+    tokenizer, prompt_ids: Sequence[int], completion_ids: Sequence[int]
+) -> tuple[str, list[int], list[int], list[bool]]:
+    """(text, kept ids, token starts, cuttable) of a generated completion without its trailing
+    special tokens (EOS, padding)."""
+    ids = list(completion_ids)
+    special = special_ids(tokenizer)
+    while ids and ids[-1] in special:
+        ids.pop()
+    text, starts, cut = token_offsets(tokenizer, ids, list(prompt_ids)[-3:])
+    return text, ids, starts, cut
+
+
+def encode_completion(
+    tokenizer,
+    trace: Trace,
+    prompt_ids: Sequence[int],
+    completion_ids: Sequence[int],
+    starts: Sequence[int],
+    cuttable: Sequence[bool],
+    *,
+    max_context: int,
+    reserve: int = 0,
+) -> EncodedTrace:
+    """A generated completion as an `EncodedTrace`: `prompt_ids` + the completion's own ids up to
+    the end of its reasoning. `trace.response`, `starts` and `cuttable` are what
+    `completion_text` returned for `completion_ids`."""
+    ends = [*starts[1:], len(trace.response)][: len(starts)]
+    # A token that continues a split character ends where the character does.
+    for i in range(len(ends) - 2, -1, -1):
+        if not cuttable[i + 1]:
+            ends[i] = ends[i + 1]
+    return encoded_trace(
+        trace, prompt_ids, list(completion_ids)[: len(starts)], starts, ends, cuttable,
+        max_context=max_context, reserve=reserve,
+    )
+
+
+@dataclass
+class Parts:
+    """Token ids of texts tokenized together, and the token range [start, end) of each named
+    part (see the module docstring for the rule at seams)."""
+
+    ids: list[int]
+    spans: dict[str, tuple[int, int]]
+
+    def span(self, name: str) -> tuple[int, int]:
+        """(start, end) token indices of the part named `name`."""
+        return self.spans[name]
+
+
+def continuation_offsets(tokenizer, text: str) -> tuple[list[int], list[int], list[int]]:
+    """(ids, starts, ends) of `text` tokenized as it would be after other text: behind an
+    anchor that is cut off again, so no word-start marker is added; ([], [], []) if no anchor
+    splits cleanly from the text."""
+    for anchor in _ANCHORS:
+        ids, starts, ends, _ = text_offsets(tokenizer, anchor + text)
+        a = len(anchor)
+        first = next((i for i, s in enumerate(starts) if s >= a and ends[i] > a), None)
+        if first is None or any(ends[i] > a for i in range(first)):
+            continue  # a token straddles the anchor and the text
+        return ids[first:], [s - a for s in starts[first:]], [e - a for e in ends[first:]]
+    return [], [], []
+
+
+def encode_parts(tokenizer, parts: Sequence[tuple[str, str | None]]) -> Parts:
+    """Tokenize the texts of `parts` joined, as one continuation; `(text, name)` pairs, name
+    None for conditioning text that is not scored. Refuses (UserError) text whose tokens do not
+    decode back to it."""
+    text = "".join(t for t, _ in parts)
+    try:
+        ids, starts, ends = continuation_offsets(tokenizer, text)
+    except (TypeError, ValueError, UnicodeError):  # e.g. lone surrogates
+        ids = []
+    if not ids or not _round_trips(tokenizer, ids, text):
+        raise UserError(
+            f"{text!r} does not tokenize cleanly with this model (decoding its tokens gives other "
+            "text); change --exit-string or the reference text"
+        )
+    spans: dict[str, tuple[int, int]] = {}
+    pos, taken = 0, 0  # characters consumed; tokens already given to a scored part
+    for t, name in parts:
+        a, b = pos, pos + len(t)
+        pos = b
+        if name is None:
+            continue
+        first = next((i for i in range(taken, len(ids)) if ends[i] > a), len(ids))
+        last = max((i + 1 for i in range(first, len(ids)) if starts[i] < b), default=first)
+        if last <= first:
+            raise UserError(f"{t!r} gives no tokens of its own after the text before it")
+        spans[name] = (first, last)
+        taken = last
+    return Parts(ids, spans)
+
+
+def _round_trips(tokenizer, ids: list[int], text: str) -> bool:
+    """Whether `ids` decode to `text` when they follow other text."""
+    for anchor in _ANCHORS:
+        head = tokenizer.encode(anchor, add_special_tokens=False)
+        if not head:
+            continue
+        a = _decode(tokenizer, head)
+        both = _decode(tokenizer, head + ids)
+        if both.startswith(a):
+            return both[len(a) :] == text
+    return _decode(tokenizer, ids) == text

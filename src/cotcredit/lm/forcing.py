@@ -1,0 +1,150 @@
+"""Answer forcing: the exit string E and the probe blocks scored after a prefix.
+
+RREDCoT's R̂ and every attribution target score log p(Y* | prefix ⊕ E); RREDCoT's v̂ scores
+p(U* | prefix ⊕ C) · p(Y* | prefix ⊕ C ⊕ U* ⊕ E). The pieces after the prefix are tokenized
+together (`encoding.encode_parts`), as the model would write the joined text, and Y* and U* are
+located in them by character offsets. The seams read as the model's own text: C is left out
+after a prefix that already ends with it (no empty line after a finished line), and E follows
+U* on a new line unless E itself starts with whitespace ("…41 coins.\nThe answer is 41", never
+"…41 coins.The answer is 41").
+
+E closes the reasoning and opens the answer. It is chosen once per run, from the model, never
+per trace: `"\\n</think>\\n\\nThe final answer is $\\boxed{"` for a model whose chat template
+thinks in `<think>` tags (or whose vocabulary has a `</think>` token), else the same without the
+close tag; `--exit-string` sets it. Every trace and completion of a run is probed with the same
+E, and the run records it (`Forcing.exit_string` in the table metadata, the training config).
+
+When E ends inside `\\boxed{`, the answer must also *end* there: the probability of Y* is
+multiplied by the mass of every token that starts with "}", so "4" is not credited for "42" and
+the tokenizer's choice between "}" and "}$" does not matter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from cotcredit.data.trace import THINK_CLOSE, THINK_OPEN, reasoning_end
+from cotcredit.errors import UserError
+from cotcredit.lm.encoding import Parts, encode_parts
+
+EXIT_PLAIN = "\n\nThe final answer is $\\boxed{"
+EXIT_THINK = "\n" + THINK_CLOSE + "\n\nThe final answer is $\\boxed{"
+
+
+@dataclass(frozen=True)
+class ForcingOptions:
+    """How the model is made to state its answer after a prefix."""
+
+    exit_string: str | None = field(
+        default=None,
+        metadata={"help": "Answer-forcing string E appended after a prefix [default: chosen "
+                  "once from the model: with the '</think>' close tag for models that think "
+                  "in tags]."},
+    )
+    answer_terminator: str = field(
+        default="}",
+        metadata={"help": "Multiply p(Y*) by the mass of tokens starting with this string "
+                  "(the answer ends there); '' to disable."},
+    )
+
+
+def resolved(scorer, options: ForcingOptions) -> ForcingOptions:
+    """`options` with the exit string this run uses (chosen from the model when not given)."""
+    return dataclasses.replace(options, exit_string=answer_forcing(scorer, options).exit_string)
+
+
+def thinks_in_tags(tokenizer) -> bool:
+    """Whether the model writes its reasoning inside <think> tags (chat template or vocabulary)."""
+    template = getattr(tokenizer, "chat_template", None) or ""
+    if isinstance(template, dict):  # several named templates
+        template = " ".join(str(t) for t in template.values())
+    if THINK_CLOSE in template or THINK_OPEN in template:
+        return True
+    try:
+        return THINK_CLOSE in tokenizer.get_added_vocab()
+    except (AttributeError, TypeError):
+        return False
+
+
+def default_exit_string(tokenizer) -> str:
+    """E for a model: with `</think>` for models that think in tags, else without."""
+    return EXIT_THINK if thinks_in_tags(tokenizer) else EXIT_PLAIN
+
+
+@dataclass
+class Forcing:
+    """E for one run, and the token blocks probed after a prefix."""
+
+    exit_string: str
+    terminators: tuple[int, ...]  # token ids whose mass ends the answer (empty: none)
+    tokenizer: object
+
+    def answer_probe(self, answer: str, where: str = "") -> Parts:
+        """E ⊕ Y*, with the span "answer"."""
+        return self._parts([(self.exit_string, None), (_answer(answer, where), "answer")], where)
+
+    def solution_probe(self, connector: str, solution: str, answer: str, where: str = "") -> Parts:
+        """C ⊕ U* ⊕ E ⊕ Y*, with the spans "solution" and "answer".
+
+        U* is `solution` up to its own final-answer statement (`solution_body`); "" when none
+        is left, and the span "solution" is then empty, (0, 0). `connector` is C as
+        `connector_after` gives it for the prefix. U* and E are joined as the model writes an
+        answer after its reasoning: E as is when it starts with whitespace, else on a line of
+        its own."""
+        body = solution_body(solution) if solution.strip() else ""
+        parts = [(connector, None)]
+        if body:
+            sep = "" if self.exit_string[:1].isspace() else "\n"
+            parts += [(body, "solution"), (sep, None)]
+        parts += [(self.exit_string, None), (_answer(answer, where), "answer")]
+        probe = self._parts(parts, where)
+        if not body:
+            probe.spans["solution"] = (0, 0)
+        return probe
+
+    def _parts(self, parts, where: str) -> Parts:
+        try:
+            return encode_parts(self.tokenizer, [(t, n) for t, n in parts if t or n])
+        except UserError as e:
+            raise UserError(f"{where}: {e}" if where else str(e)) from None
+
+
+def solution_body(solution: str) -> str:
+    """U*: the reference solution up to its own final-answer statement (`reasoning_end`), so
+    that E states the answer after it as after the trace's reasoning and p(Y* | ... ⊕ U* ⊕ E)
+    is not a copy of U*'s last line."""
+    return solution[: reasoning_end(solution)].strip() or solution.strip()
+
+
+def connector_after(prefix_tail: str, connector: str) -> str:
+    """C after a prefix ending in `prefix_tail`: none where the prefix already ends with it (a
+    state that ends a line continues on the next line, not after an empty one)."""
+    return "" if connector and prefix_tail.endswith(connector) else connector
+
+
+def _answer(answer: str, where: str) -> str:
+    answer = answer.strip()
+    if not answer:
+        raise UserError(f"{where}: the reference answer is empty")
+    return answer
+
+
+def answer_forcing(scorer, options: ForcingOptions) -> Forcing:
+    """The run's `Forcing` for this model and these options (built once per scorer)."""
+    cache: dict = scorer.__dict__.setdefault("_forcings", {})
+    if options not in cache:
+        exit_string = (
+            options.exit_string
+            if options.exit_string is not None
+            else default_exit_string(scorer.tokenizer)
+        )
+        if not exit_string:
+            raise UserError("--exit-string must not be empty")
+        terminators: tuple[int, ...] = ()
+        if options.answer_terminator and exit_string.rstrip().endswith("{"):
+            terminators = scorer.terminator_ids(options.answer_terminator)
+        forcing = Forcing(exit_string, terminators, scorer.tokenizer)
+        forcing.answer_probe("0", "--exit-string")  # E itself must tokenize cleanly
+        cache[options] = forcing
+    return cache[options]

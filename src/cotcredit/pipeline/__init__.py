@@ -1,0 +1,48 @@
+"""The analysis path and the Python API of the commands.
+
+Layer 6 of cotcredit (it imports the layers below: data, store, lm, segmentation, methods). Its
+modules:
+
+* ``inputs``: which traces a run reads, and every check a run can make before its model loads;
+* ``run``: ``run_analysis``, the one path every analysis takes (traces -> encode -> one forward
+  pass -> segments -> methods -> rows appended per trace to Parquet tables);
+* ``api``: one function per command (``cotcredit.segment``, ``cotcredit.redistribute``, ...);
+* ``generate``: sampling graded traces from a problem set;
+* ``scores``: reading score tables back (checked to share one segmentation), and finding
+  each method's table in a folder;
+* ``export``: one method's segment credits as JSON Lines (e.g. process reward model labels).
+
+The names below are importable from ``cotcredit.pipeline`` and load their module on first use.
+"""
+
+from __future__ import annotations
+
+from cotcredit._lazy import lazy_index
+
+_WHERE = {
+    **dict.fromkeys((
+        "InputOptions", "parse_shard", "in_shard", "stream_traces", "select", "load_traces",
+        "check_inputs",
+    ), "cotcredit.pipeline.inputs"),
+    **dict.fromkeys((
+        "SEGMENTS", "RunSummary", "fields_spec", "segment_columns", "run_analysis",
+        "with_rendered_prompt",
+    ), "cotcredit.pipeline.run"),
+    **dict.fromkeys((
+        "scorer_for", "segment", "score", "redistribute", "mc_baseline", "ATTRIBUTION_METHODS",
+        "attribute",
+    ), "cotcredit.pipeline.api"),
+    **dict.fromkeys((
+        "GenerateOptions", "GenerateSummary", "generate_traces",
+    ), "cotcredit.pipeline.generate"),
+    **dict.fromkeys((
+        "EXPORT_FORMATS", "ExportResult", "export_scores", "ExportOptions",
+    ), "cotcredit.pipeline.export"),
+    **dict.fromkeys((
+        "REQUIRED_COLUMNS", "normalize", "read_columns", "read_scores", "load_scores",
+        "check_segmentations", "ScoreTablesNotFound", "labels_in", "find_score_tables",
+    ), "cotcredit.pipeline.scores"),
+}
+
+__all__ = sorted(_WHERE)
+__getattr__, __dir__ = lazy_index(__name__, _WHERE)

@@ -1,0 +1,465 @@
+"""The one path every analysis takes: traces → encode → one forward pass → segments → methods
+→ rows appended per trace to Parquet tables.
+
+`run_analysis` is what `segment`, `redistribute`, `mc-baseline`, `attribute` and `compare` call.
+The traces are read as a stream and each trace's rows go to disk as soon as it is scored, so
+memory does not grow with the number of traces. Under a launcher (torchrun, accelerate launch)
+every process reads the stream, scores the traces whose id hashes to it, writes its own parts
+of the output folders; the main process then compacts them and reports for the whole run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cotcredit import distributed
+from cotcredit.data.fields import FieldNames
+from cotcredit.data.trace import Trace, TraceError
+from cotcredit.errors import UserError
+from cotcredit.methods import TraceContext, get_method
+from cotcredit.pipeline.inputs import InputOptions, line_count, select, stream_traces
+from cotcredit.segmentation import (
+    SegmentOptions,
+    segment_encoded,
+    segmentation_from_rows,
+    step_segmentation,
+)
+from cotcredit.store import io
+from cotcredit.version import __version__
+
+if TYPE_CHECKING:  # pyarrow and the model stack load with the run (keeps `--help` fast)
+    import pyarrow as pa
+
+    from cotcredit.lm import Scorer
+    from cotcredit.store.tables import TableWriter
+
+SEGMENTS = "segments"  # the output label of the segmentation itself
+
+
+@dataclass
+class RunSummary:
+    """What a run did: counts, per-trace errors, notes said once, outputs written.
+
+    Under a launcher the main process's summary covers every process; the others have
+    `main=False` and print nothing. `rows` holds rows only for a run without output paths;
+    `read_rows` reads a run's rows back from its outputs.
+    """
+
+    outputs: dict[str, Path]
+    scored: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    rows: dict[str, list[dict]] = field(default_factory=dict)  # label -> rows (no outputs only)
+    paths: dict[str, Path] = field(default_factory=dict)  # row label -> table it was written to
+    main: bool = True
+
+    def frame(self, label: str | None = None):
+        """The rows as a pandas DataFrame: the whole output table of `label` (default: the
+        run's method, else the segmentation), resumed traces included; without an output,
+        the rows this run kept."""
+        import pandas as pd
+
+        labels = list(self.paths) or list(self.rows)
+        label = label or next((lab for lab in labels if lab != SEGMENTS), SEGMENTS)
+        path = self.paths.get(label)
+        if path is not None and path.exists():
+            return io.read_table(path).to_pandas()
+        return pd.DataFrame(self.rows.get(label, []))
+
+    def read_rows(
+        self, label: str, trace_id: str | None = None, columns: list[str] | None = None
+    ) -> list[dict]:
+        """Rows of `label` scored by this run (of one trace if `trace_id`), in memory or read
+        back from the output table (only `columns`, if given)."""
+        if label in self.rows:
+            rows = self.rows[label]
+            rows = [r for r in rows if trace_id is None or r["trace_id"] == trace_id]
+            return [{c: r.get(c) for c in columns} for r in rows] if columns else rows
+        return self.read_table(label, trace_id, columns).to_pylist()
+
+    def read_table(
+        self, label: str, trace_id: str | None = None, columns: list[str] | None = None
+    ) -> pa.Table:
+        """`read_rows` as an Arrow table (for many rows), read back from the output table."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if label in self.rows:
+            return pa.Table.from_pylist(self.read_rows(label, trace_id, columns))
+        path = self.paths.get(label)
+        if path is None or not path.exists():
+            return pa.table({c: [] for c in columns or []})
+        files = io.files_of(path)
+        names = io.open_file(files[0]).schema_arrow.names if files else []
+        wanted_columns = None
+        if columns:
+            extra = ["trace_id", *(["method"] if "method" in names else [])]
+            wanted_columns = list(dict.fromkeys([*columns, *extra]))
+        table = io.read_table(path, wanted_columns)
+        if "method" in table.column_names and label != SEGMENTS:
+            table = table.filter(pc.equal(table.column("method"), label))
+        wanted = [trace_id] if trace_id is not None else self.scored
+        table = table.filter(pc.is_in(table.column("trace_id"), pa.array(wanted, pa.string())))
+        return table.select(columns) if columns else table
+
+
+def _plain(obj: Any) -> Any:
+    return asdict(obj) if is_dataclass(obj) else obj
+
+
+def _key_options(obj: Any) -> Any:
+    """Options for the run key: without the fields an options class marks as not changing
+    results (`NOT_IN_RUN_KEY`, e.g. batch size or where rollouts are saved)."""
+    plain = _plain(obj)
+    for name in getattr(obj, "NOT_IN_RUN_KEY", ()):
+        plain.pop(name, None)
+    return plain
+
+
+# The aliases of the six groups tables were keyed by before chat turns, generation lists and steps
+# were read; with those defaults the recorded fields stay as they were, so runs keep their keys.
+_KEYED_BEFORE = {"response": ("response", "completion", "generation", "output"),
+                 "outcome": ("correct", "reward")}
+
+
+def fields_spec(names: FieldNames) -> dict:
+    """The field names as recorded in a table's metadata and run key: every group that differs
+    from its default, and the six original groups always (a default written as it was before
+    the later groups existed), so an unchanged reading keeps an unchanged run key."""
+    default = FieldNames()
+    out = {}
+    for key, value in _plain(names).items():
+        if key in ("prompt", "response", "answer", "solution", "outcome", "id"):
+            out[key] = _KEYED_BEFORE.get(key, value) if value == getattr(default, key) else value
+        elif value != getattr(default, key):
+            out[key] = value
+    return out
+
+
+def segment_columns(ctx: TraceContext, run_id: str) -> list[dict]:
+    """The segmentation columns shared by every table, one dict per segment. `error_char` is the
+    trace's (the same on each of its rows: where its first error starts in the response, -1
+    none, null unknown)."""
+    error_char = ctx.trace.error_char
+    return [
+        {
+            "run_id": run_id,
+            "trace_id": ctx.trace.id,
+            "segment": s.index,
+            "char_start": s.char_start,
+            "char_end": s.char_end,
+            "token_start": s.token_start,
+            "token_end": s.token_end,
+            "n_tokens": s.n_tokens,
+            "text": s.text,
+            "boundary_entropy": s.boundary_entropy,
+            "mean_entropy": s.mean_entropy,
+            "error_char": error_char,
+        }
+        for s in ctx.segmentation.segments
+    ]
+
+
+def run_analysis(
+    traces: str | Path | Sequence[Trace],
+    scorer: Scorer,
+    *,
+    methods: dict[str, Any] | None = None,
+    segment_options: SegmentOptions | None = None,
+    segments_file: str | Path | None = None,
+    outputs: dict[str, str | Path] | None = None,
+    inputs: InputOptions | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    keep_rows: bool = True,
+    timings: bool = False,
+    rename: Mapping[str, str] | None = None,
+) -> RunSummary:
+    """Segment every trace once and run each method on that segmentation.
+
+    `methods` maps a method name to its options (None: defaults). `outputs` maps an output label
+    (`"segments"`, a method name, or a row label such as `gradient-ig`) to a Parquet path; rows of
+    labels sharing a path go into one table. Without any output path the rows are returned in
+    `summary.rows` (unless `keep_rows=False`). `timings` adds `cost_seconds` (wall seconds per
+    trace and method) to the tables; token counts are always there. `rename` maps a method's
+    row label to the label its rows get (e.g. {"rredcot": "rredcot-rhat"} for a variant).
+    """
+    from cotcredit.store.schema import run_key, table_schema
+    from cotcredit.store.tables import TableWriter, rows_by_trace
+
+    t_start = time.perf_counter()
+    inputs = (inputs or InputOptions()).validate()
+    seg_opts = (segment_options or SegmentOptions()).validate()
+    methods = methods or {}
+    specs = {name: get_method(name) for name in methods}
+    opts = {
+        name: (o if o is not None else specs[name].options_type()) for name, o in methods.items()
+    }
+    for o in opts.values():
+        if hasattr(o, "validate"):
+            o.validate()
+    # What the run decides once (e.g. the exit string from the model) goes into the metadata.
+    opts = {name: specs[name].prepare(scorer, o) for name, o in opts.items()}
+    stored = rows_by_trace(segments_file) if segments_file else None
+    seg_source: Any = (
+        {"file": str(segments_file), "sha256": stored.digest()}
+        if segments_file
+        else _plain(seg_opts)
+    )
+    items = stream_traces(traces, inputs, require_answer=bool(specs))
+    summary = RunSummary(outputs={k: Path(v) for k, v in (outputs or {}).items()})
+    procs = distributed.processes()
+    summary.main = procs.main
+
+    # Labels -> output label used for writing; each output path gets one writer.
+    rename = dict(rename or {})
+    labels: dict[str, str] = {SEGMENTS: SEGMENTS}
+    owner: dict[str, str] = {}  # row label -> method
+    for name, spec in specs.items():
+        for lab in spec.labels(opts[name]):
+            lab = rename.get(lab, lab)
+            owner[lab] = name
+            labels[lab] = lab if lab in summary.outputs else name
+    by_path: dict[Path, list[str]] = {}
+    for lab, out in labels.items():
+        if out in summary.outputs:
+            by_path.setdefault(summary.outputs[out], []).append(lab)
+            summary.paths[lab] = summary.outputs[out]
+    unknown = set(summary.outputs) - set(labels.values()) - set(labels)
+    if unknown:
+        raise UserError(f"no method writes output '{', '.join(sorted(unknown))}'")
+    base_spec = {
+        "model": scorer.describe(),
+        "segmentation": seg_source,
+        "fields": fields_spec(inputs.names()),
+    }
+    writers: dict[Path, TableWriter] = {}
+    for path, labs in by_path.items():
+        names = sorted({lab if lab == SEGMENTS else owner[lab] for lab in labs})
+        spec = {
+            **base_spec,
+            "outputs": sorted(labs),
+            "methods": {n: _plain(opts[n]) for n in names if n in opts},
+        }
+        key_spec = {**spec, "model": scorer.run_identity(),
+                    "methods": {n: _key_options(opts[n]) for n in names if n in opts}}
+        meta = {
+            # The key covers every option that changes results; the model by content when its
+            # folder has a fingerprint (shards on machines with other paths are one run).
+            "run_id": run_key(key_spec),
+            "cotcredit_version": __version__,
+            "created": time.time(),
+            # Which slice this table holds (not in the key: `cotcredit merge` joins the shards).
+            "shard": "/".join(map(str, inputs.shard_slice())) if inputs.shard else None,
+            **spec,
+        }
+        schema = table_schema(
+            {n: specs[n].columns for n in specs if n in names} or None, timed=timings
+        )
+        writers[path] = TableWriter(
+            path, meta, overwrite=overwrite, schema=schema, main=procs.main
+        )
+    if procs.count > 1:  # the main process repaired and compacted the tables: now read them
+        procs.wait()
+        if not procs.main:
+            for w in writers.values():
+                w.load_done()
+
+    keep = keep_rows and not writers
+    needs_segments = stored is None
+    total = line_count(traces, inputs) if progress and procs.main else 0
+    if inputs.max_traces is not None and inputs.shard is None:
+        total = min(total, inputs.max_traces)
+    bar = _progress(progress and procs.main, total)
+    finished = False
+    try:
+        for pos, trace in select(items, inputs):
+            bar.advance()
+            if isinstance(trace, TraceError):
+                if procs.main:  # every process reads the same bad lines
+                    summary.errors.append(str(trace))
+                continue
+            if not procs.takes(trace.id):
+                continue
+            if writers and all(trace.id in w.done for w in writers.values()):
+                summary.resumed.append(trace.id)
+                continue
+            try:
+                rows = _score_trace(
+                    trace, scorer, specs, opts, seg_opts, stored, segments_file,
+                    needs_segments, summary, timings, rename,
+                )
+            except (UserError, TraceError) as e:
+                if inputs.on_error != "skip":
+                    raise
+                summary.errors.append(str(e))
+                continue
+            for path, labs in by_path.items():
+                w = writers[path]
+                if trace.id in w.done:
+                    continue
+                out_rows = [{**r, "run_id": w.key} for lab in labs for r in rows.get(lab, [])]
+                w.append(out_rows, position=pos)
+            if keep:
+                for lab, rs in rows.items():
+                    summary.rows.setdefault(lab, []).extend(rs)
+            summary.scored.append(trace.id)
+        finished = True
+    finally:
+        bar.stop()
+        if not finished and procs.count == 1:
+            # Interrupted or failed: still leave one file per table, never hiding the original
+            # error. (Launched, the other processes may be merging their parts: the next run
+            # compacts.)
+            closers = [w.close for w in writers.values()]
+            closers += [functools.partial(spec.finish, opts[n]) for n, spec in specs.items()]
+            for close in closers:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001
+                    pass
+    if procs.count > 1:
+        procs.wait()  # every process's parts are written
+        _gather(summary, procs)
+    for name, spec in specs.items():  # e.g. compact a method's own tables (main process)
+        spec.finish(opts[name])
+    if procs.main:
+        for w in writers.values():
+            w.close()
+    summary.seconds = time.perf_counter() - t_start
+    return summary
+
+
+def _gather(summary: RunSummary, procs: distributed.Processes) -> None:
+    """Give the main process's summary the counts, errors and notes of every process."""
+    mine = {k: getattr(summary, k) for k in ("scored", "resumed", "errors", "notes")}
+    every = procs.gather(mine)
+    if not procs.main:
+        return
+    for key in ("scored", "resumed", "errors"):
+        setattr(summary, key, [x for part in every for x in part[key]])
+    summary.notes = list(dict.fromkeys(n for part in every for n in part["notes"]))
+
+
+def _forward_tokens(scorer: Scorer) -> int:
+    return int(getattr(scorer, "forward_tokens", 0))
+
+
+def _generation_stats(scorer: Scorer) -> tuple[int, int]:
+    """(prompt tokens prefilled, tokens sampled) by the scorer's generators so far."""
+    gens = getattr(scorer, "__dict__", {}).get("_generators", {}).values()
+    return (sum(int(g.stats.prompt_tokens) for g in gens), sum(int(g.stats.tokens) for g in gens))
+
+
+def with_rendered_prompt(trace: Trace, scorer: Scorer) -> Trace:
+    """`trace` with its chat turns (`trace.messages`) rendered by the model's chat template into
+    its prompt, which the scorer then uses as it is (it holds the template's markers); without
+    turns or a template the trace is unchanged (its prompt is the turns' plain text)."""
+    if not trace.messages or not scorer.uses_chat_template:
+        return trace
+    turns = list(trace.messages)
+    system = scorer.options.system_prompt
+    if system and not any(t["role"] == "system" for t in turns):
+        turns.insert(0, {"role": "system", "content": system})
+    prompt = scorer.tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    return dataclasses.replace(trace, prompt=prompt)
+
+
+def _score_trace(
+    trace, scorer, specs, opts, seg_opts, stored, segments_file, needs_segments,
+    summary: RunSummary, timed: bool, rename: Mapping[str, str],
+) -> dict[str, list[dict]]:
+    from cotcredit.store.schema import check_finite
+
+    t0, f0 = time.perf_counter(), _forward_tokens(scorer)
+    trace = with_rendered_prompt(trace, scorer)
+    reserve = max([spec.reserve(scorer, trace, opts[n]) for n, spec in specs.items()] or [0])
+    enc = scorer.encode(trace, reserve=reserve)
+    fwd = scorer.forward(enc.ids, keep_cache=bool(specs), stats_from=enc.prompt_len)
+    if stored is not None:
+        if trace.id not in stored:
+            raise UserError(f"{segments_file}: has no segmentation for trace '{trace.id}'")
+        seg = segmentation_from_rows(enc, stored[trace.id], str(segments_file))
+    elif trace.steps is not None or seg_opts.segments == "steps":
+        seg = step_segmentation(enc, fwd.entropies)
+    else:
+        seg = segment_encoded(enc, fwd.entropies, seg_opts)
+    ctx = TraceContext(scorer, enc, fwd, seg)
+    shared = {"cost_forward_tokens": _forward_tokens(scorer) - f0}
+    if timed:
+        shared["cost_seconds"] = time.perf_counter() - t0
+    base = segment_columns(ctx, "")
+    rows: dict[str, list[dict]] = {SEGMENTS: [{**b, **shared} for b in base]}
+    for name, spec in specs.items():
+        t0, f0 = time.perf_counter(), _forward_tokens(scorer)
+        p0, g0 = _generation_stats(scorer)
+        result = spec.run(ctx, opts[name])
+        p1, g1 = _generation_stats(scorer)
+        # A method's cost is what a run of it alone would pay: its own passes, the prefill of
+        # its rollouts, and the shared trace pass if it reads it.
+        own = {"cost_forward_tokens": _forward_tokens(scorer) - f0 + p1 - p0,
+               "cost_generated_tokens": g1 - g0}
+        if timed:
+            own["cost_seconds"] = time.perf_counter() - t0
+        cost = {k: v + shared.get(k, 0) if spec.uses_trace_pass else v for k, v in own.items()}
+        for lab, per_seg in result.items():
+            lab = rename.get(lab, lab)
+            if len(per_seg) != len(base):
+                raise RuntimeError(
+                    f"method {name} returned {len(per_seg)} rows for {len(base)} segments"
+                )
+            rows[lab] = [{**b, "method": lab, **r, **cost} for b, r in zip(base, per_seg)]
+    for note in [*trace.notes, *ctx.notes, *scorer.notes]:
+        if note not in summary.notes:
+            summary.notes.append(note)
+    fwd.cache = None
+    for rs in rows.values():  # a NaN score is an error for this trace, never a silent row
+        check_finite(rs, trace.where)
+    return rows
+
+
+class _NoBar:
+    def advance(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class _RichBar:
+    def __init__(self, total: int):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.p = Progress(
+            TextColumn("traces"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            transient=False,
+        )
+        self.task = self.p.add_task("traces", total=total)
+        self.p.start()
+
+    def advance(self) -> None:
+        self.p.advance(self.task)
+
+    def stop(self) -> None:
+        self.p.stop()
+
+
+def _progress(enabled: bool, total: int):
+    return _RichBar(total) if enabled and total > 1 else _NoBar()
