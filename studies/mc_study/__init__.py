@@ -1,0 +1,1 @@
+"""Does RREDCoT track Monte Carlo? The study on the embedded model's own traces."""

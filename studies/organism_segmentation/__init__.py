@@ -1,0 +1,1 @@
+"""Does the segmentation matter? The organism study's methods on hybrid segmentations."""

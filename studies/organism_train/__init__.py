@@ -1,0 +1,1 @@
+"""Does RREDCoT train better than GRPO? Advantage arms on the model organism."""

@@ -1,0 +1,1 @@
+"""Choosing v̂ (the --value default) on held-out traces."""

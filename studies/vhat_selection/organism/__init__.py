@@ -1,0 +1,1 @@
+"""Re-checking the --value default on the organism's development split."""
