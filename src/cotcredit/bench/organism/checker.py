@@ -2,7 +2,8 @@
 
 A response is read line by line. The first line that starts with "The answer is" is the answer
 statement; the lines before it are the reasoning steps (with no answer statement, every line
-is a step). Step i (1-based) of a problem with n steps is right when its line is exactly
+is a step). `walk` finds the first step a regime's judge rejects; `check_response` is the chain
+task's judge. Step i (1-based) of a chain with n steps is right when its line is exactly
 ``a op b = c`` with a = the correct value after step i-1 (the start number for step 1),
 ``op b`` = the problem's i-th operation and c = a op b. The first step that is not right is
 the first error, of one of these kinds:
@@ -25,11 +26,13 @@ right answer (a later step that repairs it).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from cotcredit.organism.task import ANSWER_PREFIX, Problem, apply
+from cotcredit.bench.lines import answer_line_index, split_lines
+from cotcredit.bench.organism.task import ANSWER_PREFIX, Chain, apply
 
-_STEP = re.compile(r"(\d+) ([+-]) (\d+) = (\d+)")
+STEP = re.compile(r"(\d+) ([+-]) (\d+) = (\d+)")
 _ANSWER = re.compile(re.escape(ANSWER_PREFIX) + r"(\d+)")
 
 
@@ -53,54 +56,50 @@ class StepCheck:
         return asdict(self)
 
 
-def _lines(response: str) -> list[tuple[int, str]]:
-    """(start offset, text without its line break) of every line."""
-    out, pos = [], 0
-    for ln in response.splitlines(keepends=True):
-        out.append((pos, ln.rstrip("\r\n")))
-        pos += len(ln)
-    return out
-
-
-def check_response(problem: Problem, response: str) -> StepCheck:
-    """Check `response` against `problem` (see the module docstring for the rules)."""
-    lines = _lines(response)
-    answer_at = next(
-        (i for i, (_, t) in enumerate(lines) if t.lstrip().startswith(ANSWER_PREFIX.strip())),
-        None,
-    )
+def walk(response: str, n_steps: int, answer: int, judge: Callable[[int, str], str]
+         ) -> StepCheck:
+    """Check `response`'s step lines in order: `judge(i, text)` gives the kind of error of
+    0-based step i ('' when it is right; it is called only while every earlier step was
+    right, so it may keep the state of the path taken so far). Missing and extra steps, the
+    offsets and the graded answer are the same for every regime (module docstring)."""
+    lines = split_lines(response)
+    answer_at = answer_line_index(lines, ANSWER_PREFIX)
     steps = lines if answer_at is None else lines[:answer_at]
-    answer = None
+    stated = None
     if answer_at is not None:
         m = _ANSWER.match(lines[answer_at][1].lstrip())
-        answer = int(m.group(1)) if m else None
-    n = len(problem.steps)
-    values = problem.values
+        stated = int(m.group(1)) if m else None
     kind, where, first = "", -1, 0
-    for i in range(n):
+    for i in range(n_steps):
         if i >= len(steps):
             kind = "missing"
             where = lines[answer_at][0] if answer_at is not None else len(response)
         else:
-            start, text = steps[i]
-            kind = _step_error(text, values[i], problem.steps[i])
-            where = start
+            where = steps[i][0]
+            kind = judge(i, steps[i][1])
         if kind:
             first = i + 1
             break
     else:
-        if len(steps) > n:
-            kind, where, first = "extra", steps[n][0], n + 1
+        if len(steps) > n_steps:
+            kind, where, first = "extra", steps[n_steps][0], n_steps + 1
     return StepCheck(
-        n_steps=n, n_lines=len(steps), first_error_step=first, error_kind=kind,
-        error_char=where if kind else -1, answer=answer,
-        correct=answer is not None and answer == problem.answer,
+        n_steps=n_steps, n_lines=len(steps), first_error_step=first, error_kind=kind,
+        error_char=where if kind else -1, answer=stated,
+        correct=stated is not None and stated == answer,
     )
 
 
-def _step_error(text: str, before: int, step: tuple[str, int]) -> str:
+def check_response(problem: Chain, response: str) -> StepCheck:
+    """Check `response` against `problem` (see the module docstring for the rules)."""
+    values = problem.values
+    return walk(response, len(problem.steps), problem.answer,
+                lambda i, text: step_error(text, values[i], problem.steps[i]))
+
+
+def step_error(text: str, before: int, step: tuple[str, int]) -> str:
     """The kind of error in one step line ('' when it is right)."""
-    m = _STEP.fullmatch(text)
+    m = STEP.fullmatch(text)
     if not m:
         return "garbled"
     a, op, b, c = int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))

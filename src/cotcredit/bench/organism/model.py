@@ -9,9 +9,11 @@ format; `cotcredit` renders prompts with it like any user model's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from transformers import LlamaConfig, PreTrainedTokenizerFast
 
-from cotcredit.organism.task import MAX_VALUE, split_problems
+from cotcredit.bench.organism.task import MAX_VALUE, split_problems
 
 SPECIALS = ("<|pad|>", "<|user|>", "<|assistant|>", "<|end|>")
 CHAT_TEMPLATE = (
@@ -21,8 +23,12 @@ CHAT_TEMPLATE = (
 VOCAB_SIZE = 512
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """A byte-level BPE trained (deterministically) on task prompts and solutions."""
+def build_tokenizer(corpus: Sequence[str] | None = None, max_length: int = 256,
+                    max_number: int = MAX_VALUE) -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained (deterministically) on task texts: `corpus` (a regime's prompts
+    and solutions; default: 3,000 chain problems), plus every number 0..`max_number` with and
+    without a leading space, often enough that each is one token. `max_length`: the longest
+    sequence."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tk = Tokenizer(models.BPE())
@@ -32,26 +38,27 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         vocab_size=VOCAB_SIZE, special_tokens=list(SPECIALS), show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    problems = split_problems({"train": 3000})["train"]
-    numbers = [" ".join(str(v) for v in range(MAX_VALUE + 1))] * 20  # both forms, often
-    numbers += ["\n".join(str(v) for v in range(MAX_VALUE + 1))] * 20
-    corpus = [p.prompt + "\n" + p.solution for p in problems] + numbers
-    tk.train_from_iterator(corpus, trainer)
+    if corpus is None:
+        corpus = [p.prompt + "\n" + p.solution for p in split_problems({"train": 3000})["train"]]
+    numbers = [" ".join(str(v) for v in range(max_number + 1))] * 20  # both forms, often
+    numbers += ["\n".join(str(v) for v in range(max_number + 1))] * 20
+    tk.train_from_iterator([*corpus, *numbers], trainer)
     tok = PreTrainedTokenizerFast(
         tokenizer_object=tk, pad_token="<|pad|>", eos_token="<|end|>", bos_token=None,
         unk_token=None,
     )
     tok.chat_template = CHAT_TEMPLATE
-    tok.model_max_length = 256
+    tok.model_max_length = max_length
     return tok
 
 
-def build_config(tokenizer, *, hidden: int = 128, layers: int = 3, heads: int = 4) -> LlamaConfig:
-    """A small Llama: `layers` x `hidden`, tied embeddings, 256 positions."""
+def build_config(tokenizer, *, hidden: int = 128, layers: int = 3, heads: int = 4,
+                 positions: int = 256) -> LlamaConfig:
+    """A small Llama: `layers` x `hidden`, tied embeddings, `positions` positions."""
     return LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 4,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-        max_position_embeddings=256, tie_word_embeddings=True,
+        max_position_embeddings=positions, tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None, rms_norm_eps=1e-6,
     )

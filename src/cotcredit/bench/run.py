@@ -1,0 +1,530 @@
+"""``run_bench``: every method, Monte Carlo and the cheap baselines on every regime, and the
+leaderboard (what ``cotcredit bench`` does).
+
+Per regime (its model loaded once) and split (``dev``, ``test``), in ``<output>/<regime>/<split>/``:
+
+1. the labelled traces (``traces.jsonl``, copied there): the first problems of the regime's
+   cached set (``regime_traces``: sampled from a seed on first use, extended and resumed like
+   any ``cotcredit generate`` output), or of a set shipped with the package when it is large
+   enough;
+2. one segment per reasoning line (the checker's unit): ``segments.parquet``;
+3. each method and named variant on that segmentation: ``<label>.parquet``; Monte Carlo with
+   the size's rollouts per boundary, every rollout saved (``rollouts.parquet``: the ceiling);
+   the expensive methods on the first traces only where the size caps them;
+4. the metrics (``cotcredit.bench.metrics``): ``metrics.csv``.
+
+Then per regime a ``cotcredit compare`` report of the held-out split (``<regime>/report/``) and
+a trace explorer (``<regime>/explorer.html``), and over all regimes the leaderboard
+(``cotcredit.bench.leaderboard``): ``leaderboard.md``, ``.csv``, ``.json``, ``results.csv``,
+and the run's record ``bench.json``. Every step writes per trace and skips what it finished,
+so an interrupted bench continues where it stopped. A method that fails on a regime is recorded
+in one line (``BenchResult.failures``) and the others go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cotcredit.bench.sizes import SIZE_METHODS, BenchSize, bench_size, size_label
+from cotcredit.bench.variants import (
+    REFERENCE,
+    MethodRun,
+    method_runs,
+    read_variants,
+    regime_options,
+)
+from cotcredit.errors import UserError
+from cotcredit.options import option
+from cotcredit.store import io
+
+SPLITS = ("dev", "test")
+SEGMENTS_FILE = "segments.parquet"
+ROLLOUTS_FILE = "rollouts.parquet"
+EXPLORER_FILE = "explorer.html"
+EMBEDDED = "embedded"  # what ``Regime.model()`` says for the embedded default model
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What a bench runs and how (the options of ``cotcredit bench``)."""
+
+    regimes: str | None = option(
+        None, help="Comma-separated regimes [default: every regime whose model is there: "
+        "unique, multipath, forecast, hops; long ships no checkpoint yet].")
+    methods: str | None = option(
+        None, help="Comma-separated methods and variants (mc always runs) [default: quick: "
+        "rredcot,rredcot-rhat,loo; full: every registered method and variant].")
+    size: str = option("quick", choices=("quick", "full"),
+                       help="quick: a smoke test in minutes; full: the protocol's sizes (hours).")
+    config: str | None = option(
+        None, help="YAML/TOML/JSON file of named variants: {label: {method: rredcot, value: "
+        "rhat}} (or a method's own options under its name).")
+    cache: str | None = option(
+        None, help="Folder of the regimes' labelled traces [default: $COTCREDIT_CACHE/bench, "
+        "~/.cache/cotcredit/bench].")
+    seed: int = option(0, help="Seed of the traces, Monte Carlo and the random baseline.")
+    threads: int | None = option(
+        None, help="torch CPU threads during the run [default: torch's]; 1 on a busy machine.")
+    generate: bool = option(
+        True, flag="--generate/--no-generate",
+        help="Sample the traces a split lacks (--no-generate: a missing trace is an error).")
+    overwrite: bool = option(
+        False, help="Replace tables written with other options instead of refusing them.")
+    reports: bool = option(
+        True, flag="--reports/--no-reports",
+        help="Write each regime's compare report and trace explorer (figures: the slow part "
+        "of a quick run).")
+
+
+@dataclass
+class BenchResult:
+    """What ``run_bench`` did.
+
+    Attributes:
+        leaderboard: one row per regime and row label (``LEADERBOARD_COLUMNS``).
+        results: every statistic of every regime and split (``RESULT_COLUMNS``).
+        files: the leaderboard files (markdown, csv, json, results).
+        failures: one line per method that failed on a regime (its results are missing).
+        regimes: per regime: description, counts, best baselines, notes.
+        seconds: wall time.
+    """
+
+    leaderboard: Any
+    results: Any
+    files: dict[str, Path] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    regimes: dict[str, dict] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def resolve_regimes(regimes: str | Sequence[Any] | None) -> list[Any]:
+    """Regime objects from names (``"unique,hops"``), objects, or None (all, in order)."""
+    from cotcredit.bench.regimes import REGIMES, get_regime
+
+    if regimes is None:
+        return list(REGIMES.values())
+    items = regimes.split(",") if isinstance(regimes, str) else list(regimes)
+    out = [get_regime(i.strip()) if isinstance(i, str) else i for i in items
+           if not isinstance(i, str) or i.strip()]
+    if not out:
+        raise UserError("--regimes: name at least one regime")
+    return out
+
+
+def run_bench(
+    regimes: str | Sequence[Any] | None = None,
+    methods: str | Sequence[str] | None = None,
+    *,
+    output: str | Path = "bench",
+    options: BenchOptions | None = None,
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
+    **fields: Any,
+) -> BenchResult:
+    """Benchmark ``methods`` on ``regimes`` and write the leaderboard into ``output``.
+
+    Args:
+        regimes: names (comma-separated or a list) or regime objects (a ``Regime`` of one's
+            own); None: ``options.regimes``, else every regime.
+        methods: registered method names and variant labels; None: ``options.methods``, else
+            the size's (``SIZE_METHODS``: quick runs rredcot, rredcot-rhat and loo; full every
+            registered method and variant). Monte Carlo always runs: MC tracking's reference.
+        output: the bench folder (resumed when it holds an earlier run with the same options).
+        options: ``BenchOptions`` (defaults when None); ``fields`` override them by name, e.g.
+            ``size="full"``, ``threads=1``; ``size`` may also be a ``BenchSize``.
+        progress: progress bars on the terminal.
+        log: called with one line per step (default: silent).
+
+    Returns the ``BenchResult``; methods that failed are in ``failures`` (the CLI exits
+    nonzero when there are any, after writing everything else). Bad names, options and (with
+    ``generate=False``) missing traces are ``UserError``s before any work.
+    """
+    from cotcredit.bench.leaderboard import leaderboard, write_leaderboard
+    from cotcredit.bench.metrics import BASELINES
+
+    opts = dataclasses.replace(options or BenchOptions(), **fields)
+    bench = _Bench.start(regimes if regimes is not None else opts.regimes,
+                         methods if methods is not None else opts.methods, opts, Path(output),
+                         progress, log)
+    parts = []
+    with _torch_threads(opts.threads):
+        for regime in bench.regimes:
+            table = bench.run_regime(regime)
+            if table is not None:
+                parts.append(table)
+    import pandas as pd
+
+    results = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["regime", "split", "metric", "method", "statistic", "value", "ci_low",
+                 "ci_high", "n"])
+    labels = [lab for run in bench.runs if run.method != REFERENCE for lab in run.labels()]
+    board = leaderboard(results, labels, BASELINES, REFERENCE)
+    files = write_leaderboard(board, results, bench.out, bench.facts)
+    seconds = time.perf_counter() - bench.t0
+    record = {"regimes": [r.name for r in bench.regimes], "methods": [r.label for r in bench.runs],
+              "size": opts.size if isinstance(opts.size, str) else dataclasses.asdict(opts.size),
+              "seed": opts.seed, "seconds": round(seconds, 1), "failures": bench.failures}
+    io.write_atomic(bench.out / "bench.json", json.dumps(record, indent=1, default=str) + "\n")
+    return BenchResult(board, results, files, bench.failures, bench.facts, seconds)
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """torch's CPU threads set to ``threads`` for the block (None: unchanged). On 2 busy
+    cores, 2 threads made Monte Carlo 40 times slower than 1 (oversubscription)."""
+    if threads is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass
+class _Bench:
+    """One bench run: what it runs, where, and the failures and facts it collects."""
+
+    regimes: list[Any]
+    runs: list[MethodRun]
+    opts: BenchOptions
+    out: Path
+    cache: Path
+    progress: bool
+    say: Callable[[str], None]
+    t0: float
+    failures: list[str] = field(default_factory=list)
+    facts: dict[str, dict] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, regimes, methods, opts: BenchOptions, out: Path, progress: bool,
+              log: Callable[[str], None] | None) -> _Bench:
+        """Everything checked before any model loads: names, size, options, the cache."""
+        t0 = time.perf_counter()
+        chosen = resolve_regimes(regimes)
+        # every regime by default: those without a model are left out and named (a regime
+        # named on purpose without one is a failure line, the others go on)
+        absent = {} if regimes is not None else {
+            r.name: why for r in chosen if (why := missing_model(r)) is not None}
+        chosen = [r for r in chosen if r.name not in absent]
+        if not chosen:
+            raise UserError("no regime has a model to run: " + "; ".join(
+                f"{n}: {why}" for n, why in absent.items()))
+        for r in chosen:
+            bench_size(opts.size, r.name)  # an unknown size
+        if opts.threads is not None and opts.threads < 1:
+            raise UserError(f"--threads must be at least 1, got {opts.threads}")
+        if methods is None and isinstance(opts.size, str):
+            methods = SIZE_METHODS.get(opts.size)
+        runs = method_runs(methods, read_variants(opts.config))
+        if out.exists() and not out.is_dir():
+            raise UserError(f"{out}: exists and is not a folder")
+        root = Path(opts.cache).expanduser() if opts.cache is not None else _default_cache()
+        bench = cls(chosen, runs, opts, out, root / size_label(opts.size), progress,
+                    log or (lambda line: None), t0)
+        for r in resolve_regimes(None) if absent else ():
+            if r.name in absent:
+                bench.facts[r.name] = {"description": r.description, "missing": absent[r.name]}
+                bench.say(f"{r.name}: left out ({absent[r.name]})")
+        if not opts.generate:
+            for r in chosen:
+                for split in SPLITS:
+                    if bench.shipped(r, split) is None:
+                        _check_cached(r, split, bench.size(r), bench.cache)
+        return bench
+
+    def size(self, regime: Any) -> BenchSize:
+        return bench_size(self.opts.size, regime.name)
+
+    # ------------------------------------------------------------------------- a regime
+
+    def run_regime(self, regime: Any):
+        """One regime's splits, metrics and reports; its stacked metrics (None: none)."""
+        import pandas as pd
+
+        from cotcredit.bench.leaderboard import best_baselines
+        from cotcredit.bench.metrics import BASELINES
+
+        name = regime.name
+        facts = self.facts.setdefault(name, {
+            "description": getattr(regime, "description", ""),
+            "hypothesis": getattr(regime, "hypothesis", ""),
+            "size": dataclasses.asdict(self.size(regime)), "notes": []})
+        why = missing_model(regime)
+        if why is not None:
+            self.failures.append(f"{name}: cannot run: {why}")
+            return None
+        try:
+            scorer = self._scorer(regime)
+            traces = {split: self.traces(regime, split, scorer) for split in SPLITS}
+        except Exception as exc:  # noqa: BLE001 - a broken regime must not lose the others
+            self.failures.append(f"{name}: could not prepare the regime ({_one_line(exc)})")
+            return None
+        tables = []
+        for split in SPLITS:
+            where = self.out / name / split
+            where.mkdir(parents=True, exist_ok=True)
+            scored = self.score(regime, traces[split], where, scorer)
+            metrics = self.metrics(regime, traces[split], where, scored)
+            if metrics is not None:
+                tables.append(metrics.assign(regime=name, split=split))
+        if self.opts.reports:
+            try:
+                self.report(regime, traces["test"])
+            except Exception as exc:  # noqa: BLE001 - the leaderboard does not need it
+                self.failures.append(f"{name}: the compare report or explorer failed "
+                                     f"({_one_line(exc)})")
+        if not tables:
+            return None
+        stacked = pd.concat(tables, ignore_index=True)
+        facts["best"] = {r.metric: {"baseline": r.baseline, "chosen_on": r.chosen_on,
+                                    "value": r.value}
+                         for r in best_baselines(stacked, BASELINES).itertuples()}
+        return stacked
+
+    def _scorer(self, regime: Any):
+        from cotcredit.lm.loading import ModelOptions
+        from cotcredit.pipeline.api import scorer_for
+
+        location = regime.model()
+        self.say(f"{regime.name}: loading model")
+        return scorer_for(ModelOptions(model=None if location == EMBEDDED else str(location)))
+
+    def shipped(self, regime: Any, split: str) -> list[str] | None:
+        """The split's traces from a set shipped with the package, when it has enough (one
+        sample per problem: its first lines)."""
+        from cotcredit.bench.traces import shipped_traces
+
+        size = self.size(regime)
+        path = shipped_traces(regime.name, split) if size.samples == 1 else None
+        if path is None:
+            return None
+        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        n = size.problems_for(split)
+        return lines[:n] if len(lines) >= n else None
+
+    def cached(self, regime: Any, split: str) -> list[str] | None:
+        """The split's traces from the cache, when it holds every one of them (a larger set
+        cached there is read, never rewritten: it may serve other work)."""
+        lines, missing = _from_cache(regime, split, self.size(regime), self.cache)
+        return None if missing else lines
+
+    def traces(self, regime: Any, split: str, scorer: Any) -> Path:
+        """The split's labelled traces (shipped, cached, or sampled into the cache where
+        missing), copied into the bench folder (``<regime>/<split>/traces.jsonl``): the file
+        its tables, metrics and reports were made from."""
+        from cotcredit.bench.traces import regime_traces
+
+        size = self.size(regime)
+        lines, source = self.shipped(regime, split), "shipped"
+        if lines is None:
+            lines, source = self.cached(regime, split), "cached"
+        if lines is None:
+            problems = size.problems_for(split)
+            self.say(f"{regime.name} {split}: sampling traces ({problems} problems x "
+                     f"{size.samples} samples)")
+            regime_traces(regime, split, problems, size.samples, self.cache,
+                          seed=self.opts.seed, model=scorer)
+            lines, source = self.cached(regime, split), "sampled"
+            if lines is None:
+                raise RuntimeError(f"{self.cache / regime.name / split}: the sampled traces "
+                                   "do not cover the split")
+        self.say(f"{regime.name} {split}: {len(lines)} {source} traces")
+        local = self.out / regime.name / split / "traces.jsonl"
+        text = "".join(ln + "\n" for ln in lines)
+        if not local.exists() or local.read_text(encoding="utf-8") != text:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            io.write_atomic(local, text)
+        return local
+
+    # ------------------------------------------------------------------------- a split
+
+    def score(self, regime: Any, traces: Path, where: Path, scorer: Any) -> dict[str, Path]:
+        """Segmentation, then every method on it; label -> table of each method that ran."""
+        from cotcredit.pipeline.inputs import InputOptions
+        from cotcredit.pipeline.run import SEGMENTS, run_analysis
+        from cotcredit.segmentation import SegmentOptions
+
+        size, split = self.size(regime), where.name
+        common = {"overwrite": self.opts.overwrite, "keep_rows": False,
+                  "progress": self.progress}
+        segments = where / SEGMENTS_FILE
+        self.say(f"{regime.name} {split}: segmentation (one segment per line)")
+        run_analysis(traces, scorer, segment_options=SegmentOptions(segments="lines"),
+                     outputs={SEGMENTS: segments}, **common)
+        done: dict[str, Path] = {}
+        for run in self.runs:
+            cap = size.traces_for(split, run.method)
+            if cap == 0:
+                continue
+            table = where / f"{run.label}.parquet"
+            rollouts = where / ROLLOUTS_FILE if run.method == REFERENCE else None
+            try:
+                options = regime_options(run, regime.exit_string, regime.sampling,
+                                         size.rollouts, self.opts.seed, rollouts)
+                self.say(f"{regime.name} {split}: {run.label}")
+                run_analysis(traces, scorer, methods={run.method: options},
+                             segments_file=segments, inputs=InputOptions(max_traces=cap),
+                             outputs=dict.fromkeys(run.labels(), table), timings=True,
+                             rename=run.rename() or None, **common)
+            except Exception as exc:  # noqa: BLE001 - one method failing keeps the others
+                self.failures.append(f"{regime.name}: {run.label} failed on the {split} "
+                                     f"split ({_one_line(exc)})")
+                (where / f"{run.label}.error.txt").write_text(traceback.format_exc())
+                continue
+            done[run.label] = table
+        return done
+
+    def metrics(self, regime: Any, traces: Path, where: Path, scored: dict[str, Path]):
+        """The split's metrics from its tables (``metrics.csv``); None without tables."""
+        import pandas as pd
+
+        from cotcredit.bench.metrics import labels_frame, regime_metrics
+        from cotcredit.pipeline.scores import load_scores
+        from cotcredit.report.rollouts import counts_from_rollouts, read_rollouts
+
+        if not scored:
+            return None
+        size = self.size(regime)
+        records = _records(traces)
+        counts = None
+        if REFERENCE in scored and (where / ROLLOUTS_FILE).exists():
+            counts = counts_from_rollouts(read_rollouts(where / ROLLOUTS_FILE))
+        m = regime_metrics(load_scores(list(dict.fromkeys(scored.values()))),
+                           labels_frame(records), departures=_departures(records),
+                           counts=counts, segments=pd.read_parquet(where / SEGMENTS_FILE),
+                           n_boot=size.n_boot, seed=self.opts.seed, splits=size.splits)
+        m.table.to_csv(where / "metrics.csv", index=False)
+        if where.name == "test":
+            facts = self.facts[regime.name]
+            facts["counts"] = {k: v.get("erroneous", v.get("traces", 0))
+                               for k, v in m.counts.items()}
+            facts["left_out"] = {k: {r: n for r, n in v.items() if r not in (
+                "erroneous", "traces") and n} for k, v in m.counts.items()}
+            facts["notes"] = list(dict.fromkeys([*facts["notes"], *m.notes]))
+        return m.table
+
+    def report(self, regime: Any, traces: Path) -> None:
+        """``cotcredit compare``'s report of the held-out split with every cheap baseline
+        (``<regime>/report``; its text-free ones fitted to Monte Carlo) and the trace explorer
+        with ``refdiff`` and ``entropy`` beside the methods
+        (``<regime>/explorer.html``); skipped when newer than every table (a resumed bench)."""
+        from cotcredit.bench.metrics import BASELINES
+        from cotcredit.report.compare import compare_scores
+
+        folder = self.out / regime.name
+        test = folder / "test"
+        tables = [test / f"{r.label}.parquet" for r in self.runs
+                  if (test / f"{r.label}.parquet").exists()]
+        if not tables:
+            return
+        report, explorer = folder / "report", folder / EXPLORER_FILE
+        newest = max(f.stat().st_mtime for t in tables for f in io.files_of(t))
+        if all(p.exists() and p.stat().st_mtime > newest for p in (report / "report.md",
+                                                                   explorer)):
+            return
+        size = self.size(regime)
+        self.say(f"{regime.name}: compare report and explorer")
+        try:
+            compare_scores(tables, report, n_boot=size.n_boot, seed=self.opts.seed,
+                           baselines=",".join(BASELINES), traces=_records(traces),
+                           splits=size.splits, explorer=False)
+        except UserError as exc:
+            self.facts[regime.name]["notes"].append(f"compare report not written: {exc}")
+        _write_explorer(tables, traces, explorer, self.opts.seed)
+
+
+def missing_model(regime: Any) -> str | None:
+    """Why ``regime`` cannot run here (its ``unavailable`` text, or its checkpoint folder has
+    no model), or None when it can."""
+    why = getattr(regime, "unavailable", "")
+    if why:
+        return why
+    location = str(regime.model())
+    # a model id of the hub or the embedded model is not a folder to look for
+    if location != EMBEDDED and Path(location).is_absolute() and not (
+            Path(location) / "config.json").exists():
+        return f"no checkpoint at {location}"
+    return None
+
+
+def _default_cache() -> Path:
+    from cotcredit.bench.traces import default_folder
+
+    return default_folder()
+
+
+def _from_cache(regime: Any, split: str, size: BenchSize, cache: Path
+                ) -> tuple[list[str], list[tuple[str, int]]]:
+    """The cached trace lines the split needs (problem and sample order) and the (problem id,
+    sample) of those the cache lacks."""
+    path = cache / regime.name / split / "traces.jsonl"
+    found = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                r = json.loads(line)
+                found[(str(r.get("problem_id")), int(r.get("sample", 0)))] = line
+    wanted = [(p.id, j) for p in regime.problems(split, size.problems_for(split))
+              for j in range(size.samples)]
+    return [found[k] for k in wanted if k in found], [k for k in wanted if k not in found]
+
+
+def _check_cached(regime: Any, split: str, size: BenchSize, cache: Path) -> None:
+    """A one-line error unless the cache holds every trace the split needs."""
+    lines, missing = _from_cache(regime, split, size, cache)
+    if missing:
+        path = cache / regime.name / split / "traces.jsonl"
+        raise UserError(f"{path}: {len(missing)} of the {len(lines) + len(missing)} traces of "
+                        f"the {regime.name} {split} split are not cached; run without "
+                        f"--no-generate (or `python -m cotcredit.bench.traces {regime.name}`) "
+                        "to sample them")
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if isinstance(exc, UserError) else f"{type(exc).__name__}: {text}"
+
+
+def _departures(records: list[dict]):
+    """Where each trace departs from its reference solution (``refdiff``); None when no trace
+    has a solution."""
+    from cotcredit.report.baselines import departures_from_traces
+
+    found = departures_from_traces(records)
+    return found if len(found) else None
+
+
+def _write_explorer(tables: list[Path], traces: Path, path: Path, seed: int) -> None:
+    """The explorer of the held-out split: every method, refdiff and entropy beside them."""
+    import pandas as pd
+
+    from cotcredit.bench.metrics import metric_baselines
+    from cotcredit.pipeline.scores import load_scores
+    from cotcredit.report.explorer import write_explorer
+
+    scores = load_scores(tables)
+    records = _records(traces)
+    extra, _ = metric_baselines(scores, ("refdiff", "entropy"), REFERENCE,
+                                departures=_departures(records), seed=seed)
+    methods = list(dict.fromkeys([*scores["method"], *extra["method"]]))
+    write_explorer(pd.concat([scores, extra], ignore_index=True),
+                   {str(r["id"]): r for r in records}, path, methods=methods,
+                   reference=REFERENCE)

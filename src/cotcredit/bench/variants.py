@@ -1,0 +1,138 @@
+"""Which methods the benchmark runs, and with which options: registered methods and named
+variants of them.
+
+A variant is a row label with a method and options, so two settings of one method stand side by
+side on the leaderboard. Variants come from a YAML/TOML/JSON file (``--config``)::
+
+    rredcot-rhat: {method: rredcot, value: rhat}        # a variant: its own label
+    rredcot-norm: {method: rredcot, length_norm: true}
+    loo: {baseline_text: "..."}                          # a registered method's own options
+
+``DEFAULT_VARIANTS`` are always known (``rredcot-rhat``: R̂ alone, beside R̂ + v̂). Every
+registered method (``cotcredit.methods.registry``: the package's and those registered by entry
+point) is benchmarked by name with nothing else to add. Per regime, the answer-forcing exit
+string of every method that forces an answer is the regime's (unless the options set one), and
+Monte Carlo samples with the regime's sampling settings and the size's rollouts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cotcredit.errors import UserError
+from cotcredit.methods import get_method, registry
+from cotcredit.options import build_options, read_config
+
+#: Variants every bench knows.
+DEFAULT_VARIANTS: dict[str, dict[str, Any]] = {"rredcot-rhat": {"method": "rredcot",
+                                                                "value": "rhat"}}
+#: The Monte Carlo method, the reference of MC tracking.
+REFERENCE = "mc"
+
+
+@dataclass(frozen=True)
+class MethodRun:
+    """One row label to benchmark: the registered method that makes it and its option mapping
+    (built into the method's options per regime)."""
+
+    label: str
+    method: str
+    options: Mapping[str, Any]
+
+    def labels(self) -> list[str]:
+        """The row labels this run writes (``gradient`` writes one per kind)."""
+        spec = get_method(self.method)
+        built = build_options(spec.options_type, dict(self.options), self.label)
+        own = spec.labels(built)
+        if self.label == self.method:
+            return list(own)
+        return [self.label] if len(own) == 1 else [self.label + lab[len(self.method):]
+                                                    for lab in own]
+
+    def rename(self) -> dict[str, str]:
+        """Row label of the method -> row label written (empty for the method itself)."""
+        if self.label == self.method:
+            return {}
+        spec = get_method(self.method)
+        own = spec.labels(build_options(spec.options_type, dict(self.options), self.label))
+        return dict(zip(own, self.labels(), strict=True))
+
+
+def read_variants(config: str | Path | None) -> dict[str, dict[str, Any]]:
+    """``DEFAULT_VARIANTS`` updated from a config file (label -> {method?, options...})."""
+    found = {k: dict(v) for k, v in DEFAULT_VARIANTS.items()}
+    if config is None:
+        return found
+    for label, opts in read_config(Path(config)).items():
+        label = str(label)
+        method = str(opts.get("method", label))
+        if method not in registry():
+            raise UserError(f"{config}: {label}: unknown method {method!r} (known: "
+                            f"{', '.join(registry())})")
+        found[label] = {"method": method, **{k: v for k, v in opts.items() if k != "method"}}
+    return found
+
+
+def default_methods(variants: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Every registered method and every variant, Monte Carlo included."""
+    return list(dict.fromkeys([*registry(), *variants]))
+
+
+def method_runs(methods: str | Sequence[str] | None,
+                variants: Mapping[str, Mapping[str, Any]]) -> list[MethodRun]:
+    """The runs of ``methods`` (names or variant labels; None: ``default_methods``), Monte
+    Carlo always among them (it is MC tracking's reference). Options are checked here, before
+    any model loads."""
+    if methods is None:
+        names = default_methods(variants)
+    else:
+        names = methods.split(",") if isinstance(methods, str) else list(methods)
+        names = list(dict.fromkeys(n.strip() for n in names if n.strip()))
+    if REFERENCE not in names:
+        names.append(REFERENCE)
+    runs = []
+    for name in names:
+        if name in variants:
+            opts = dict(variants[name])
+            method = str(opts.pop("method", name))
+        elif name in registry():
+            method, opts = name, {}
+        else:
+            known = ", ".join([*registry(), *(v for v in variants if v not in registry())])
+            raise UserError(f"--methods: unknown method or variant {name!r} (known: {known})")
+        run = MethodRun(name, method, opts)
+        run.labels()  # builds the options: a bad option is a one-line error now
+        runs.append(run)
+    return runs
+
+
+def _set_if_absent(cls: type, mapping: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """``mapping`` with ``key`` set when the options class has such a field (at any depth) and
+    the mapping does not already name it."""
+    if any(k.replace("-", "_").split(".")[-1] == key for k in mapping):
+        return mapping
+    try:
+        build_options(cls, {key: value})
+    except UserError:
+        return mapping  # no such option
+    return {**mapping, key: value}
+
+
+def regime_options(run: MethodRun, exit_string: str, sampling: Mapping[str, Any],
+                   rollouts: int, seed: int, save_rollouts: Path | None = None) -> Any:
+    """The options object of ``run`` on a regime: its exit string, and for Monte Carlo the
+    regime's sampling settings, ``rollouts`` and the rollouts table."""
+    spec = get_method(run.method)
+    opts = _set_if_absent(spec.options_type, dict(run.options), "exit_string", exit_string)
+    if run.method == REFERENCE:
+        for key, value in {**dict(sampling), "rollouts": rollouts, "seed": seed}.items():
+            opts = _set_if_absent(spec.options_type, opts, key, value)
+        built = build_options(spec.options_type, opts, run.label)
+        if save_rollouts is not None and hasattr(built, "save_rollouts"):
+            built = dataclasses.replace(built, save_rollouts=str(save_rollouts))
+        return built
+    return build_options(spec.options_type, opts, run.label)

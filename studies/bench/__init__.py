@@ -1,0 +1,1 @@
+"""The benchmark's full run: protocol, summary and figure (see PROTOCOL.md)."""

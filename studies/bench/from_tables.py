@@ -1,0 +1,93 @@
+"""Put regimes into the full run's leaderboard from the tables already in the run folder.
+
+    python -m studies.bench.from_tables unique [--run studies/bench/run]
+
+For a regime scored by an earlier version of the run whose tables a resumed bench refuses (the
+methods' options gained fields since, so their run key differs although the scores are the
+same computation), the metrics are recomputed here by the bench's own code
+(`cotcredit.bench.metrics.regime_metrics`) from those tables and labels, written to
+`<run>/<regime>/<split>/metrics.csv`, and the leaderboard files are rewritten with them
+(the other regimes' rows as the run wrote them). Then the tracked summary (`summarize.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+SPLITS = ("dev", "test")
+TABLES = ("rredcot", "rredcot-rhat", "loo", "shapley", "gradient", "mc")
+
+
+def split_metrics(where: Path, n_boot: int = 2000, seed: int = 0, splits: int = 20):
+    """The bench's metrics of one split from the tables in ``where``."""
+    from cotcredit.bench.metrics import labels_frame, regime_metrics
+    from cotcredit.pipeline.scores import load_scores
+    from cotcredit.report.baselines import departures_from_traces
+    from cotcredit.report.rollouts import counts_from_rollouts, read_rollouts
+
+    records = [json.loads(line) for line in (where / "traces.jsonl").read_text().splitlines()
+               if line.strip()]
+    tables = [where / f"{t}.parquet" for t in TABLES if (where / f"{t}.parquet").exists()]
+    counts = None
+    if (where / "rollouts.parquet").exists():
+        counts = counts_from_rollouts(read_rollouts(where / "rollouts.parquet"))
+    m = regime_metrics(load_scores(tables), labels_frame(records),
+                       departures=departures_from_traces(records), counts=counts,
+                       segments=pd.read_parquet(where / "segments.parquet"), n_boot=n_boot,
+                       seed=seed, splits=splits)
+    m.table.to_csv(where / "metrics.csv", index=False)
+    return m
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("regimes", nargs="+")
+    ap.add_argument("--run", type=Path, default=HERE / "run", help="the bench folder")
+    args = ap.parse_args(argv)
+
+    from cotcredit.bench import REGIMES, get_regime
+    from cotcredit.bench.leaderboard import best_baselines, leaderboard, write_leaderboard
+    from cotcredit.bench.metrics import BASELINES
+
+    results = pd.read_csv(args.run / "results.csv")
+    info = json.loads((args.run / "leaderboard.json").read_text())["regimes"]
+    board = pd.read_csv(args.run / "leaderboard.csv")
+    methods = list(dict.fromkeys(board.loc[board["kind"] == "method", "method"]))
+    for name in args.regimes:
+        regime = get_regime(name)
+        parts = []
+        for split in SPLITS:
+            m = split_metrics(args.run / name / split)
+            parts.append(m.table.assign(regime=name, split=split))
+            if split == "test":
+                facts = {"description": regime.description, "hypothesis": regime.hypothesis,
+                         "counts": {k: v.get("erroneous", v.get("traces", 0))
+                                    for k, v in m.counts.items()},
+                         "left_out": {k: {r: n for r, n in v.items()
+                                          if r not in ("erroneous", "traces") and n}
+                                      for k, v in m.counts.items()},
+                         "notes": [f"{name}: the tables of an earlier run of this protocol "
+                                   "(same traces, sizes and methods), metrics recomputed by "
+                                   "this version's code", *m.notes]}
+        own = pd.concat(parts, ignore_index=True)
+        facts["best"] = {r.metric: {"baseline": r.baseline, "chosen_on": r.chosen_on,
+                                    "value": r.value}
+                         for r in best_baselines(own, BASELINES).itertuples()}
+        results = pd.concat([results.loc[results["regime"] != name], own], ignore_index=True)
+        info[name] = facts
+    order = {r: i for i, r in enumerate(REGIMES)}
+    results = results.sort_values("regime", key=lambda s: s.map(order), kind="stable")
+    info = dict(sorted(info.items(), key=lambda kv: order.get(kv[0], 99)))
+    write_leaderboard(leaderboard(results, methods, BASELINES), results, args.run, info)
+    from studies.bench import summarize
+
+    summarize.main(["--run", str(args.run)])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""`cotcredit bench --size quick` on every regime whose model is shipped, and the leaderboard's
+numbers against a direct computation from its own tables and the checker's labels."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_cli
+
+from cotcredit.bench import REGIMES
+from cotcredit.data import first_departure
+
+
+def labelled(path) -> dict[str, dict]:
+    return {str(r["id"]): r for r in map(json.loads, path.read_text().splitlines())}
+
+
+def lowest_hit(rows: pd.DataFrame, offset: int) -> float:
+    """1/m when ``offset``'s segment is among the m lowest-credit segments, else 0; NaN when it
+    lies in no segment."""
+    rows = rows.sort_values("segment")
+    inside = ((rows["char_start"] <= offset) & (offset < rows["char_end"])).to_numpy()
+    if not inside.any():
+        return np.nan
+    x = rows["score"].to_numpy()
+    low = x == x.min()
+    return float(low[inside][0]) / low.sum()
+
+
+def shipped() -> list[str]:
+    """The regimes whose model is there (a checkpoint still in training is not)."""
+    return [name for name, r in REGIMES.items()
+            if r.model() == "embedded" or (Path(r.model()) / "config.json").exists()]
+
+
+def test_quick_bench_on_every_regime_matches_a_direct_computation(tmp_path, capsys):
+    out, cache = tmp_path / "bench", tmp_path / "cache"
+    regimes = shipped()
+    assert {"unique", "hops"} <= set(regimes)
+    code, _, err = run_cli(["bench", "--size", "quick", "--regimes", ",".join(regimes), "-o",
+                            str(out), "--cache", str(cache), "--threads", "1", "--no-reports"],
+                           capsys)
+    assert code == 0, err
+    board = pd.read_csv(out / "leaderboard.csv")
+    assert list(dict.fromkeys(board["regime"])) == regimes
+    for regime in regimes:
+        own = board.loc[board["regime"] == regime].set_index("method")
+        assert {"rredcot", "rredcot-rhat", "loo", "mc", "refdiff", "entropy", "position",
+                "position-length", "random"} <= set(own.index)
+        test = out / regime / "test"
+        traces = labelled(test / "traces.jsonl")
+        # the refdiff alignment is the checkers' departure rule
+        for t in traces.values():
+            assert first_departure(t["response"], t["solution"]) == t["departure_char"], t["id"]
+        wrong = {i: t for i, t in traces.items() if t["error_char"] >= 0 and not t["correct"]}
+        # R̂ + v̂ credits are value differences g_after - g_before
+        rows = pd.read_parquet(test / "rredcot.parquet")
+        rows = rows.assign(score=rows["g_after"] - rows["g_before"])
+        hits = [lowest_hit(g, wrong[tid]["error_char"])
+                for tid, g in rows.groupby("trace_id") if tid in wrong]
+        hits = [h for h in hits if np.isfinite(h)]
+        assert own.loc["rredcot", "loc_n"] == len(hits)
+        if hits:
+            assert own.loc["rredcot", "loc_top1"] == pytest.approx(np.mean(hits))
+        # refdiff: -1 on the departing segment, 0 elsewhere
+        seg = pd.read_parquet(test / "segments.parquet")
+
+        def refdiff(tid: str, traces=traces, seg=seg) -> pd.DataFrame:
+            rows = seg.loc[seg["trace_id"] == tid]
+            dep = traces[tid]["departure_char"]
+            inside = (rows["char_start"] <= dep) & (dep < rows["char_end"])
+            return rows.assign(score=np.where(inside, -1.0, 0.0))
+
+        for metric, key, chosen in (
+            ("loc_top1", "error_char", wrong),
+            ("blame_departure", "departure_char",
+             {i: t for i, t in traces.items() if t["correct"] and t["valid_departure"]}),
+            ("blame_wrong_step", "error_char",
+             {i: t for i, t in traces.items() if t["correct"] and t["error_char"] >= 0}),
+        ):
+            hits = [lowest_hit(refdiff(tid), t[key]) for tid, t in chosen.items()]
+            hits = [h for h in hits if np.isfinite(h)]
+            expect = np.mean(hits) if hits else np.nan
+            assert own.loc["refdiff", metric] == pytest.approx(expect, nan_ok=True), (
+                regime, metric)
