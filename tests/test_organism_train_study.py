@@ -159,15 +159,18 @@ def test_paired_hits_count_the_completions_where_only_one_arm_hits():
     assert "| twin-nocorr | twin | 3 | 3 | 1 | 2 | 0 | 0.5 |" in text
 
 
-def test_weights_of_a_vhat_arm_use_the_reference_solution():
+def test_weights_of_a_vhat_arm_use_the_reference_solution(tmp_path):
     """The weights analysis scores each completion with its problem's reference solution, as
     training does: R̂ + v̂ rewards differ from R̂ alone's on the same completions (without the
     solution v̂ falls back to R̂ and the two arms' tables were identical)."""
+    from cotcredit.bench.organism.task import split_problems, write_problems
     from cotcredit.training.run import _problems
 
     study = _study()
-    problems = list(_problems(ROOT / "studies" / "organism" / "problems" /
-                              "test.jsonl"))[:6]  # the study's held-out problems start there
+    # The first held-out problems of the study's test split, written from their seed as
+    # `make organism-problems` writes studies/organism/problems/test.jsonl.
+    write_problems(split_problems({"test": 6})["test"], tmp_path / "test.jsonl", "test")
+    problems = list(_problems(tmp_path / "test.jsonl"))
     model = ROOT / "studies" / "organism" / "model-early"
     base = {"seed": 0, "rredcot": {"segments": "lines", "exit_string": "The answer is "}}
     frames = {}

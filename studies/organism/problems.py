@@ -2,9 +2,9 @@
 
     python -m studies.organism.problems          # or: make organism-problems
 
-test.jsonl (1,000) and dev.jsonl (300) are tracked, and rewriting them must leave them as they
-are (`git diff` shows a change); train.jsonl (20,000, 4.7 MB) is not tracked: the organism
-training study trains on it, so its make target writes it first. Splits are disjoint by prompt.
+test.jsonl (1,000) and dev.jsonl (300) hold the organism studies' held-out problems,
+train.jsonl (20,000, 4.7 MB) the training study's; none is tracked: each study's make target
+writes them first, the same files from the same seeds. Splits are disjoint by prompt.
 """
 
 from __future__ import annotations
