@@ -347,6 +347,9 @@ def explorer_data(
         "methods": chosen,
         "reference": ref,
         "credit": credit,
+        # What each method's shading shows: `credit` applies to value-based methods only.
+        "credit_of": {m: credit if m in curves and credit != "score" else "score as written"
+                      for m in chosen},
         "digits": digits,
         "min_segments": min_segments,
         "error_field": error_field,

@@ -211,6 +211,21 @@
       row.appendChild(h);
     });
   }
+  // A row element lives as long as its trace stays in view: a redraw (a scroll, a filter, a
+  // selection) moves and updates rows but never replaces one, so a click whose mousedown
+  // landed before the redraw and mouseup after it still has one target and still selects.
+  let rows = new Map();  // trace -> its row element
+  function makeRow(t) {
+    const r = el("div", { role: "row", class: "row", id: "row-" + t, "data-trace-id": T.id[t] });
+    r.style.gridTemplateColumns = TEMPLATE;
+    for (const c of COLUMNS) {
+      const cell = el("div", { role: "gridcell", class: "cell" + (c.cls ? " " + c.cls : c.str ? "" : " num") }, c.text(t));
+      if (c.cellLabel) cell.setAttribute("aria-label", c.cellLabel(t));
+      if (c.key === "id") cell.title = T.id[t];
+      r.appendChild(cell);
+    }
+    return r;
+  }
   function renderList(reset) {
     const n = state.order.length;
     grid.setAttribute("aria-rowcount", String(n + 1));
@@ -219,23 +234,21 @@
     const top = Math.max(0, grid.scrollTop - body.offsetTop);
     const from = Math.max(0, Math.floor(top / ROW_H) - OVERSCAN);
     const to = Math.min(n, Math.ceil((top + grid.clientHeight) / ROW_H) + OVERSCAN);
-    const frag = document.createDocumentFragment();
+    const next = new Map();
     for (let i = from; i < to; i++) {
-      const t = state.order[i];
-      const r = el("div", { role: "row", class: "row", id: "row-" + t, "data-trace-id": T.id[t],
-        "aria-rowindex": String(i + 2), "aria-selected": t === state.sel ? "true" : "false" });
-      r.style.top = (i * ROW_H) + "px";
-      r.style.gridTemplateColumns = TEMPLATE;
-      for (const c of COLUMNS) {
-        const cell = el("div", { role: "gridcell", class: "cell" + (c.cls ? " " + c.cls : c.str ? "" : " num") }, c.text(t));
-        if (c.cellLabel) cell.setAttribute("aria-label", c.cellLabel(t));
-        if (c.key === "id") cell.title = T.id[t];
-        r.appendChild(cell);
-      }
-      frag.appendChild(r);
+      const t = state.order[i], r = rows.get(t) || makeRow(t);
+      const y = (i * ROW_H) + "px", ri = String(i + 2), sel = t === state.sel ? "true" : "false";
+      if (r.style.top !== y) r.style.top = y;
+      if (r.getAttribute("aria-rowindex") !== ri) r.setAttribute("aria-rowindex", ri);
+      if (r.getAttribute("aria-selected") !== sel) r.setAttribute("aria-selected", sel);
+      next.set(t, r);
     }
-    body.textContent = "";
-    body.appendChild(frag);
+    for (const [t, r] of rows) if (!next.has(t)) r.remove();
+    let at = body.firstChild;  // document order = list order, moving only rows out of place
+    for (const r of next.values()) {
+      if (r === at) at = at.nextSibling; else body.insertBefore(r, at);
+    }
+    rows = next;
     const active = state.sel >= 0 && $("row-" + state.sel);
     if (active) grid.setAttribute("aria-activedescendant", active.id); else grid.removeAttribute("aria-activedescendant");
   }
@@ -305,7 +318,7 @@
     box.textContent = "";
     const bar = el("span", { class: "legend-bar", role: "img",
       "aria-label": "colour scale: red negative, white zero, blue positive" });
-    box.appendChild(el("span", {}, "credit of " + m + " (" + D.credit + "):"));
+    box.appendChild(el("span", {}, "credit of " + m + " (" + (D.credit_of ? D.credit_of[m] : D.credit) + "):"));
     box.appendChild(el("span", { class: "legend-num" }, "−" + num(s)));
     box.appendChild(bar);
     box.appendChild(el("span", { class: "legend-num" }, "+" + num(s)));
