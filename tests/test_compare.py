@@ -72,8 +72,9 @@ def test_method_options_pass_through(tmp_path):
     assert opts["gradient"].kinds == ("ixg",)
     with pytest.raises(UserError, match="unknown option 'rollout'"):
         method_options("mc", None, ["mc.rollout=3"])
-    with pytest.raises(UserError, match="expected int"):
+    with pytest.raises(UserError, match="rollouts must be a number or auto, got 'many'"):
         method_options("mc", None, ["mc.rollouts=many"])
+    assert method_options("mc", None, ["mc.rollouts=auto"])["mc"].rollouts == "auto"
     with pytest.raises(UserError, match="unknown method 'nope'"):
         method_options("rredcot,nope")
 

@@ -29,6 +29,9 @@ class SamplingOptions:
     seed: int = 0
     batch_size: int | None = None  # rows (prompt x sample) per generate call; None: automatic
     backend: str = "hf"  # hf | vllm
+    # Index of the first sample: samples first_sample..first_sample+n-1 are drawn, each from its
+    # own stream, so a later call continues an earlier one (hf backend only).
+    first_sample: int = 0
 
     def validate(self) -> SamplingOptions:
         """Check every option (a one-line UserError naming the flag); returns self."""
@@ -44,6 +47,8 @@ class SamplingOptions:
             raise UserError(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.backend not in BACKENDS:
             raise UserError(f"--backend must be one of {', '.join(BACKENDS)}, got '{self.backend}'")
+        if self.first_sample < 0:
+            raise ValueError(f"first_sample must be at least 0, got {self.first_sample}")
         return self
 
 

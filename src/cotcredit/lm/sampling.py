@@ -25,7 +25,8 @@ Sampling distribution. Only the options given count: the model's `generation_con
 configured EOS ids and `<|im_end|>`/`<|eot_id|>`/`<|endoftext|>` when the vocabulary has them.
 
 Determinism. Sample j of a prompt draws its random numbers from its own stream, seeded by
-sha256(seed, key of the prompt, j); `keys` default to the prompt's token ids (+ its occurrence
+sha256(seed, key of the prompt, j), where j counts from `options.first_sample` (so a later call
+continues a prompt's samples: adaptive Monte Carlo's rounds); `keys` default to the prompt's token ids (+ its occurrence
 index among identical prompts of the call). The hf backend samples by inverse CDF with one
 uniform number per row and step from that stream, so what a row generates does not depend on
 the batch size, the order of prompts, the other prompts of the call or out-of-memory retries;
@@ -261,7 +262,8 @@ class HFGenerator:
                     if not uses[i]:
                         del kv[i]
                     row[s], tokens[s] = r, []
-                    rngs[s] = None if greedy else random.Random(row_seed(options.seed, keys[i], j))
+                    rngs[s] = None if greedy else random.Random(
+                        row_seed(options.seed, keys[i], options.first_sample + j))
                     feed[s], pos[s] = prompts[i][-1], len(prompts[i]) - 1
                 active = [s for s in range(batch.slots) if row[s] is not None]
                 if not active:

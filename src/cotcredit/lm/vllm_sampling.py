@@ -56,6 +56,8 @@ class VLLMGenerator:
     def generate(self, prompts, options, keys=None, progress=None):
         """`options.n` completions per prompt in one vLLM call (see `Generator.generate`)."""
         options.validate()
+        if options.first_sample:  # vLLM draws a prompt's n samples from one stream
+            raise ValueError("the vllm backend cannot start at a later sample (first_sample)")
         prompts = [list(p) for p in prompts]
         keys = list(keys) if keys is not None else default_keys(prompts)
         greedy = options.temperature == 0

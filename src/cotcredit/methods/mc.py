@@ -36,6 +36,13 @@ in the boundary index, so the credit V_b − V_a of a span of segments a+1..b is
 over its segments; their rows say `interpolated` = True (their end was not scored: stderr NaN,
 counts 0). Σ credits is still V_K − V_0.
 
+Adaptive mode (`rollouts="auto"`, `--rollouts auto`): rollouts in rounds, a first round from
+every scored boundary, then more only from boundaries whose value is not resolved to
+`precision` and where a binary search for the first drop in value asks, within `rollout_budget`
+rollouts per boundary on average; the estimator, the stopping rule and the budget are in
+`cotcredit.methods.mc_adaptive`. Rollout j of a boundary is the fixed mode's rollout j (same
+seed: same stream), n_rollouts varies by boundary, and everything above holds with N = n_k.
+
 Cost: all N·(K+1) rollouts of a trace go to the generator in one call (see `cotcredit.lm.sampling`:
 batched, shared prefill per state, prefix caching under vLLM). Each row (per segment) carries
 score_half_a, score_half_b, value_before, value_after (V at its start and end), stderr (of
@@ -46,7 +53,7 @@ trace_rollouts, trace_truncated. `save_rollouts` writes every completion to a Pa
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -55,6 +62,7 @@ from cotcredit.errors import UserError
 from cotcredit.lm.generation import SamplingSettings
 from cotcredit.lm.sampling import get_generator
 from cotcredit.methods.base import MethodCommand, MethodRows, MethodSpec, TraceContext
+from cotcredit.methods.mc_adaptive import AdaptivePlan, run_rounds
 from cotcredit.options import option
 from cotcredit.store import io
 
@@ -70,9 +78,28 @@ class McOptions(SamplingSettings):
 
     # Per-sample random streams make results independent of the batch size; where rollouts are
     # saved does not change scores either. Neither blocks resuming a run.
-    NOT_IN_RUN_KEY: ClassVar[tuple[str, ...]] = ("batch_size", "save_rollouts", "vllm_args")
+    NEVER_IN_RUN_KEY: ClassVar[tuple[str, ...]] = ("batch_size", "save_rollouts", "vllm_args")
+    # The adaptive mode's settings change nothing in the fixed mode (whose run keys they leave
+    # as they were before the adaptive mode existed).
+    ADAPTIVE_FIELDS: ClassVar[tuple[str, ...]] = ("rollout_budget", "precision", "round_rollouts")
 
-    rollouts: int = option(8, short="-n", help="Completions N sampled from every boundary.")
+    rollouts: int | str = option(
+        8, short="-n",
+        help="Completions N sampled from every boundary, or auto: in rounds, until each "
+        "boundary's value is resolved (--precision) or the budget is spent (--rollout-budget).",
+    )
+    rollout_budget: int = option(
+        16, help="--rollouts auto: rollouts per scored boundary on average (a trace takes at most "
+        "budget x boundaries, one boundary at most 4 x budget).",
+    )
+    precision: float = option(
+        0.2, help="--rollouts auto: a boundary is resolved when the 95% interval of its value is "
+        "no wider than +-precision.",
+    )
+    round_rollouts: int = option(
+        8, help="--rollouts auto: rollouts per boundary in each round (the first from every "
+        "boundary).",
+    )
     truncated: str = option(
         "wrong", choices=("wrong", "drop"),
         help="Rollouts cut off by --max-new-tokens: wrong (count as wrong) or drop (leave out "
@@ -89,11 +116,44 @@ class McOptions(SamplingSettings):
         "correct, truncated).",
     )
 
+    def __post_init__(self) -> None:
+        # `rollouts` is typed int | str for "auto": any other text is refused where it is read.
+        if isinstance(self.rollouts, str) and self.rollouts != "auto":
+            try:
+                object.__setattr__(self, "rollouts", int(self.rollouts))
+            except ValueError:
+                raise UserError(f"--rollouts must be a number or auto, got "
+                                f"'{self.rollouts}'") from None
+
+    @property
+    def NOT_IN_RUN_KEY(self) -> tuple[str, ...]:  # noqa: N802 (the name the pipeline reads)
+        """The fields that do not change results (left out of the run key)."""
+        return self.NEVER_IN_RUN_KEY + (() if self.adaptive else self.ADAPTIVE_FIELDS)
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether rollouts are taken in rounds (`--rollouts auto`)."""
+        return self.rollouts == "auto"
+
     def validate(self) -> McOptions:
         """Check the options (a one-line UserError naming the flag); returns self."""
-        if self.rollouts < 1:
+        if isinstance(self.rollouts, str) and not self.adaptive:
+            raise UserError(f"--rollouts must be a number or auto, got '{self.rollouts}'")
+        if self.adaptive:
+            if self.round_rollouts < 1:
+                raise UserError(f"--round-rollouts must be at least 1, got {self.round_rollouts}")
+            if self.rollout_budget < self.round_rollouts:
+                raise UserError(f"--rollout-budget ({self.rollout_budget}) must be at least "
+                                f"--round-rollouts ({self.round_rollouts}): the first round "
+                                "samples every boundary")
+            if not 0 < self.precision < 1:
+                raise UserError(f"--precision must be in (0, 1), got {self.precision}")
+            if self.backend != "hf":
+                raise UserError("--rollouts auto needs --backend hf (vLLM draws a prompt's "
+                                "samples from one stream, which a later round cannot continue)")
+        elif self.rollouts < 1:
             raise UserError(f"--rollouts must be at least 1, got {self.rollouts}")
-        self.check_sampling(self.rollouts)
+        self.check_sampling(self.round_rollouts if self.adaptive else self.rollouts)
         if self.max_boundaries is not None and self.max_boundaries < 2:
             raise UserError(f"--max-boundaries must be at least 2 (the prompt and the full "
                             f"reasoning), got {self.max_boundaries}")
@@ -133,24 +193,50 @@ def scored_boundaries(K: int, max_boundaries: int | None) -> list[int]:
     return sorted({round(i * K / (M - 1)) for i in range(M)})
 
 
-def sample_rollouts(ctx: TraceContext, options: McOptions, which: list[int]) -> list[Rollout]:
-    """Sample and grade N completions from each boundary index in `which`, in one generator call."""
+def sample_rollouts(ctx: TraceContext, options: McOptions,
+                    requests: dict[int, tuple[int, int]]) -> list[Rollout]:
+    """Sample and grade rollouts: `requests` maps a boundary index to (first sample, count), and
+    samples first..first+count−1 of it are taken; one generator call per distinct (first, count)
+    (one call in the fixed mode)."""
     enc, trace = ctx.encoded, ctx.trace
     bounds = ctx.segmentation.boundaries
     gen = get_generator(ctx.scorer, options.backend, options.engine_args())
-    prompts = [enc.prefix(bounds[k]) for k in which]
-    # Keyed by trace and token offset: a state gets the same rollouts whatever else is scored.
-    keys = [f"{trace.id}@{bounds[k]}" for k in which]
-    completions = gen.generate(prompts, options.sampling(options.rollouts), keys=keys)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for k, first_count in requests.items():
+        groups.setdefault(first_count, []).append(k)
     rollouts = []
-    for k, cs in zip(which, completions, strict=True):
-        prefix_text = trace.response[: enc.token_starts[bounds[k]]]
-        for j, c in enumerate(cs):
-            # Graded on what the rollout states, not on an answer in the prefix it continues.
-            graded = grading.grade_completion(c.text, trace.answer, prefix=prefix_text)
-            rollouts.append(Rollout(k, bounds[k], j, c.text, len(c.token_ids), graded.answer,
-                                    bool(graded.correct), c.truncated))
+    for (first, count), which in groups.items():
+        prompts = [enc.prefix(bounds[k]) for k in which]
+        # Keyed by trace and token offset: a state gets the same rollouts whatever else is scored.
+        keys = [f"{trace.id}@{bounds[k]}" for k in which]
+        sampling = replace(options.sampling(count), first_sample=first)
+        completions = gen.generate(prompts, sampling, keys=keys)
+        for k, cs in zip(which, completions, strict=True):
+            prefix_text = trace.response[: enc.token_starts[bounds[k]]]
+            for j, c in enumerate(cs, start=first):
+                # Graded on what the rollout states, not on an answer in the prefix it continues.
+                graded = grading.grade_completion(c.text, trace.answer, prefix=prefix_text)
+                rollouts.append(Rollout(k, bounds[k], j, c.text, len(c.token_ids), graded.answer,
+                                        bool(graded.correct), c.truncated))
     return rollouts
+
+
+def adaptive_rollouts(ctx: TraceContext, options: McOptions, which: list[int]) -> list[Rollout]:
+    """The rollouts of `--rollouts auto` from the boundary indices `which`
+    (`cotcredit.methods.mc_adaptive`), ordered by boundary and sample."""
+    plan = AdaptivePlan(options.rollout_budget, options.precision, options.round_rollouts)
+    taken: list[Rollout] = []
+
+    def draw(asked: dict[int, tuple[int, int]]) -> dict[int, list[tuple[bool, bool]]]:
+        got = sample_rollouts(ctx, options, {which[i]: fc for i, fc in asked.items()})
+        taken.extend(got)
+        by_k: dict[int, list[tuple[bool, bool]]] = {}
+        for r in sorted(got, key=lambda r: (r.boundary, r.sample)):
+            by_k.setdefault(r.boundary, []).append((r.correct, r.truncated))
+        return {i: by_k.get(which[i], []) for i in asked}
+
+    run_rounds(len(which), plan, draw, drop_truncated=options.truncated == "drop")
+    return sorted(taken, key=lambda r: (r.boundary, r.sample))
 
 
 def boundary_value(rollouts: list[Rollout], policy: str) -> BoundaryValue:
@@ -183,7 +269,10 @@ def run(ctx: TraceContext, options: McOptions) -> MethodRows:
     """MC rows for one trace: score = V_k − V_(k−1) per segment, with values and counts."""
     K = len(ctx.segmentation.segments)
     which = scored_boundaries(K, options.max_boundaries)
-    rollouts = sample_rollouts(ctx, options, which)
+    if options.adaptive:
+        rollouts = adaptive_rollouts(ctx, options, which)
+    else:
+        rollouts = sample_rollouts(ctx, options, {k: (0, options.rollouts) for k in which})
     by_k: dict[int, list[Rollout]] = {k: [] for k in which}
     for r in rollouts:
         by_k[r.boundary].append(r)
@@ -252,7 +341,7 @@ def rollouts_run_key(ctx: TraceContext, options: McOptions) -> str:
     """The run key of a rollouts table: the model and every mc option that changes rollouts."""
     from cotcredit.store.schema import run_key
 
-    opts = {k: v for k, v in asdict(options).items() if k not in McOptions.NOT_IN_RUN_KEY}
+    opts = {k: v for k, v in asdict(options).items() if k not in options.NOT_IN_RUN_KEY}
     return run_key({"model": ctx.scorer.run_identity(), "mc": opts, "table": "rollouts"})
 
 
