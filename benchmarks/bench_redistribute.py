@@ -8,7 +8,16 @@
 one forward pass (entropies + KV cache), segmentation, all probes, rows. "plain forward" is one
 forward pass over the same prompt + reasoning tokens, without cache. "naive" scores every probe
 with its own full forward pass over prefix + probe. Medians of --repeats runs, measured side by
-side in one process.
+side in one process. "tokens" is what the model computed for the trace (its forward pass plus
+every probe's query tokens in the packed passes) over the trace's own tokens: the time's
+machine-independent part (a packed probe token costs about what a trace token does, plus its
+attention to the cached trace).
+
+Rows (every value option named, so a row keeps its meaning whatever the defaults are): R̂ alone;
+the default v̂ (the trace's listed solutions, matched by content, the empty part dropped; with one
+reference here, as an in-memory trace has no siblings); the one-reference estimator over the
+remaining steps with the empty part kept (the earlier default) and over the whole solution; and
+with --references, the default over n distinct references.
 """
 
 from __future__ import annotations
@@ -35,6 +44,12 @@ SENTENCES = [
     "Therefore the total is 12 + 10 = 22 dollars.",
     "Actually, let me verify once more by adding item by item.",
 ]
+
+
+#: The one-reference estimator over the remaining steps (the earlier default).
+ONE_REFERENCE = {"references": "solution", "solution_part": "remaining", "empty_part": "keep"}
+#: The default v̂ as an in-memory trace gets it (no siblings: its listed solutions).
+KNOWN_PATHS = {"references": "solutions", "solution_part": "matched", "empty_part": "drop"}
 
 
 def synthetic_trace(scorer, n_tokens: int) -> Trace:
@@ -87,18 +102,25 @@ def main() -> None:
     scorer.terminator_ids("}")  # built once per model; not per trace
     x = torch.tensor([enc.ids], device=scorer.device)
 
-    def redistribute(value: str, part: str = "whole", n_refs: int = 0):
-        options = RredcotOptions(value=value, solution_part=part)
-        if n_refs:
-            options = dataclasses.replace(options, references="solutions", empty_part="drop")
+    tokens: dict[str, float] = {}
+
+    def redistribute(value: str, paths: dict, n_refs: int = 0):
+        options = RredcotOptions(value=value, **paths)
         traced = with_references(trace, n_refs) if n_refs else trace
 
         def run():
             e = scorer.encode(traced, reserve=256 * max(n_refs, 1))
+            before = scorer.forward_tokens
             fwd = scorer.forward(e.ids, stats_from=e.prompt_len)
             seg = segment_encoded(e, fwd.entropies, seg_opts)
             rredcot_run(TraceContext(scorer, e, fwd, seg), options)
+            tokens[f"{value} {sorted(paths.items())} {n_refs}"] = (
+                (scorer.forward_tokens - before) / len(e.ids))
+        run.key = f"{value} {sorted(paths.items())} {n_refs}"
         return run
+
+    def tok(run) -> str:
+        return f"{tokens[run.key]:.2f}x tokens"
 
     def plain():
         scorer.model(input_ids=x)  # the model's own forward: logits at every position
@@ -110,29 +132,38 @@ def main() -> None:
         estimate(ctx, RredcotOptions(value="rhat", probe_mode="naive"))
 
     with torch.inference_mode():
-        redistribute("rhat")()  # warm-up
+        redistribute("rhat", ONE_REFERENCE)()  # warm-up
         t_plain = timed(plain, args.repeats)
-        t_rhat = timed(redistribute("rhat"), args.repeats)
-        t_both = timed(redistribute("both"), args.repeats)
-        t_remaining = timed(redistribute("both", "remaining"), args.repeats)
-        t_refs = {n: timed(redistribute("both", "remaining", n), args.repeats)
-                  for n in args.references}
+        runs = {"rhat": redistribute("rhat", ONE_REFERENCE),
+                "default": redistribute("both", KNOWN_PATHS),
+                "remaining": redistribute("both", ONE_REFERENCE),
+                "whole": redistribute("both", {**ONE_REFERENCE, "solution_part": "whole"}),
+                **{n: redistribute("both", KNOWN_PATHS, n) for n in args.references}}
+        t = {k: timed(run, args.repeats) for k, run in runs.items()}
+        t_rhat, t_default, t_remaining, t_whole = (t["rhat"], t["default"], t["remaining"],
+                                                   t["whole"])
+        t_refs = {n: t[n] for n in args.references}
         t_naive = None if args.skip_naive else timed(naive, max(1, args.repeats // 2))
-        checked = RredcotOptions(value="both", solution_part="remaining")
+        checked = RredcotOptions(value="both", **ONE_REFERENCE)
         packed = estimate(ctx, checked)
         ref = packed if args.skip_naive else estimate(
             ctx, dataclasses.replace(checked, probe_mode="naive"))
     print(f"model: {scorer.name}  device: {scorer.device}  dtype: {scorer.dtype}  threads: {torch.get_num_threads()}")
     print(f"trace: {enc.prompt_len} prompt + {enc.n_reasoning} reasoning tokens, {len(ctx.segmentation)} segments")
     print(f"plain forward (model logits)    {t_plain:8.2f} s")
-    print(f"redistribute --value rhat       {t_rhat:8.2f} s   ({t_rhat / t_plain:.2f}x plain forward)")
-    print(f"redistribute --value both       {t_both:8.2f} s   ({t_both / t_plain:.2f}x plain forward)"
-          "   --solution-part whole")
+    print(f"redistribute --value rhat       {t_rhat:8.2f} s   ({t_rhat / t_plain:.2f}x plain forward,"
+          f" {tok(runs['rhat'])})")
+    print(f"redistribute (default v̂)        {t_default:8.2f} s   "
+          f"({t_default / t_plain:.2f}x plain forward, {tok(runs['default'])})   one reference, "
+          "matched, empty part dropped")
     print(f"redistribute --value both       {t_remaining:8.2f} s   "
-          f"({t_remaining / t_plain:.2f}x plain forward)   --solution-part remaining")
-    for n, t in t_refs.items():
-        print(f"  over {n} reference(s)          {t:8.2f} s   ({t / t_plain:.2f}x plain forward)"
-              "   --references solutions --empty-part drop")
+          f"({t_remaining / t_plain:.2f}x plain forward, {tok(runs['remaining'])})   "
+          "--references solution --solution-part remaining --empty-part keep")
+    print(f"redistribute --value both       {t_whole:8.2f} s   ({t_whole / t_plain:.2f}x plain forward,"
+          f" {tok(runs['whole'])})   --references solution --solution-part whole --empty-part keep")
+    for n, tn in t_refs.items():
+        print(f"  default over {n} reference(s)  {tn:8.2f} s   ({tn / t_plain:.2f}x plain forward, "
+              f"{tok(runs[n])})   --references solutions --solution-part matched --empty-part drop")
     if t_naive is not None:
         print(f"naive per-boundary (rhat)       {t_naive:8.2f} s   (redistribute is {t_naive / t_rhat:.1f}x faster)")
         diff = max(abs(a - b) for a, b in zip(packed.r_hat + packed.v_hat, ref.r_hat + ref.v_hat))

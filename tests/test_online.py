@@ -44,8 +44,10 @@ def batch(scorer: Scorer, n: int = 6):
 
 @pytest.mark.parametrize("value", ["rhat", "both"])
 def test_a_batch_equals_its_completions_one_by_one_and_the_analysis_path(scorer, value):
+    # The given solutions only: siblings make a completion's v̂ depend on its group by design.
     online = OnlineRredcot(scorer.model, scorer.tokenizer, RredcotOptions(value=value,
-                                                                          sum_to="advantage"),
+                                                                          sum_to="advantage",
+                                                                          references="solutions"),
                            segments=3)
     p, c, a, s = batch(scorer)
     together = online(p, c, a, s)
@@ -61,7 +63,7 @@ def test_a_batch_equals_its_completions_one_by_one_and_the_analysis_path(scorer,
         fwd = direct.forward(enc.ids, stats_from=enc.prompt_len)
         seg = segment_encoded(enc, fwd.entropies, SegmentOptions(segments=3))
         assert [(x.token_start, x.token_end) for x in seg.segments] == got.spans
-        est = estimate(TraceContext(direct, enc, fwd, seg), RredcotOptions(value=value))
+        est = estimate(TraceContext(direct, enc, fwd, seg), online.options)
         expected, _ = redistribute_rewards(est.g, got.outcome, sum_to="advantage")
         assert np.allclose(got.rewards, expected, atol=1e-5, rtol=0)
         assert math.fsum(got.rewards) == pytest.approx(got.outcome - got.g[0], abs=1e-9)
@@ -201,7 +203,7 @@ def test_value_both_without_a_solution_warns_once_and_counts(scorer):
     """A completion without a reference solution gets R̂ alone under value 'both': the caller is
     told once and every such completion is counted (a trainer that forgot to pass solutions
     would otherwise train on R̂ credit it believes is R̂ + v̂)."""
-    options = RredcotOptions(value="both", sum_to="advantage")
+    options = RredcotOptions(value="both", sum_to="advantage", references="solutions")
     online = OnlineRredcot(scorer.model, scorer.tokenizer, options, segments=3)
     p, c, a, s = batch(scorer)
     with pytest.warns(UserWarning, match="without a reference solution") as caught:
@@ -212,6 +214,29 @@ def test_value_both_without_a_solution_warns_once_and_counts(scorer):
     fresh = OnlineRredcot(scorer.model, scorer.tokenizer, options, segments=3)
     fresh(p, c, a, s)  # SOLUTIONS has one None in three
     assert fresh.without_solution == sum(x is None for x in s)
+
+
+def test_siblings_count_completions_left_without_any_reference(scorer):
+    """Under the default references (siblings), a completion without a solution still gets v̂
+    from a right sibling of its group; only those with neither are warned about and counted. A
+    completion scored alone (no group) follows its listed solutions, as `solutions` does."""
+    options = RredcotOptions(value="both", sum_to="advantage")
+    assert options.references == "siblings"
+    online = OnlineRredcot(scorer.model, scorer.tokenizer, options, segments=3)
+    p, c, a, s = batch(scorer)  # rows i and i + 3 share a prompt
+    outcomes = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0]
+    with pytest.warns(UserWarning, match="without a reference solution"):
+        online(p, c, a, [None] * len(p), outcomes)
+    # Row i's only sibling is row i + 3 (mod 6): rows 1, 4 and 5 have no right one.
+    alone = [i for i in range(6) if outcomes[(i + 3) % 6] < 0.5]
+    assert online.without_solution == len(alone) == 3
+    listed = OnlineRredcot(scorer.model, scorer.tokenizer,
+                           RredcotOptions(**{**options.__dict__, "references": "solutions"}),
+                           segments=3)
+    for i in (0, 2):
+        one, want = online.score_one(p[i], c[i], a[i], s[i]), listed.score_one(p[i], c[i], a[i],
+                                                                                s[i])
+        assert np.array_equal(one.g, want.g) and np.array_equal(one.rewards, want.rewards)
 
 
 def _direct_estimate(scorer, got, options, references):

@@ -40,13 +40,22 @@ def test_rewards_sum_to_outcome(scorer, traces_file, sum_to, space):
         assert (inner.score - (inner.g_after - inner.g_before)).abs().max() < 1e-12 if len(inner) else True
 
 
-def test_default_is_rhat_plus_vhat_over_the_remaining_steps(scorer, traces_file):
-    """The default (R̂ + v̂, remaining steps) equals asking for it; a trace without a solution
-    gets R̂ alone; --value rhat gives R̂ alone everywhere."""
+#: The estimator that was the default before v̂ followed every known path.
+ONE_REFERENCE = {"references": "solution", "solution_part": "remaining", "empty_part": "keep"}
+
+
+def test_default_is_rhat_plus_vhat_over_every_known_path(scorer, traces_file):
+    """The default (R̂ + v̂; the listed solutions and right-answer siblings, matched by content,
+    the empty part dropped) equals asking for it and differs from the one-reference estimator;
+    a trace without a solution gets R̂ alone; --value rhat gives R̂ alone everywhere."""
     df, summary = rows_of(scorer, traces_file)
-    both, _ = rows_of(scorer, traces_file, value="both", solution_part="remaining")
+    both, _ = rows_of(scorer, traces_file, value="both", references="siblings",
+                      solution_part="matched", empty_part="drop")
     cols = ["score", "r_hat", "v_hat", "g_after"]
     pd.testing.assert_frame_equal(df[cols], both[cols])
+    earlier, _ = rows_of(scorer, traces_file, **ONE_REFERENCE)
+    assert earlier.r_hat.tolist() == df.r_hat.tolist()  # R̂ does not depend on the references
+    assert not earlier.v_hat.fillna(0).equals(df.v_hat.fillna(0))
     assert df[df.trace_id == "t1"].v_hat.notna().all() and df[df.trace_id == "t2"].v_hat.isna().all()
     assert any("R̂ alone" in n for n in summary.notes)
     rhat, _ = rows_of(scorer, traces_file, value="rhat")
@@ -284,14 +293,16 @@ def test_remaining_vhat_at_the_end_is_the_forced_answer(scorer):
     ctx = context(scorer, LINES_TRACE, 2)
     for norm in (False, True):
         est = estimate(ctx, RredcotOptions(value="both", length_norm=norm,
-                                           forcing=ANSWER_LINE))
+                                           forcing=ANSWER_LINE, **ONE_REFERENCE))
         assert est.v_hat[-1] == pytest.approx(est.r_hat[-1], abs=1e-9)
         assert all(v < est.r_hat[k] for k, v in enumerate(est.v_hat[:-1]) if not norm)
 
 
-def test_remaining_packed_equals_naive(scorer, traces_file):
-    a, _ = rows_of(scorer, traces_file, value="both", length_norm=True)
-    b, _ = rows_of(scorer, traces_file, value="both", length_norm=True, probe_mode="naive")
+@pytest.mark.parametrize("paths", [ONE_REFERENCE, {}], ids=["one-reference", "default"])
+def test_vhat_packed_equals_naive(scorer, traces_file, paths):
+    a, _ = rows_of(scorer, traces_file, value="both", length_norm=True, **paths)
+    b, _ = rows_of(scorer, traces_file, value="both", length_norm=True, probe_mode="naive",
+                   **paths)
     x, y = a.v_hat.astype(float).fillna(0), b.v_hat.astype(float).fillna(0)
     assert (x - y).abs().max() < 1e-4
 

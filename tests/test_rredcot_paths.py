@@ -11,7 +11,9 @@ import pandas as pd
 import pytest
 import torch
 
+from cotcredit.data.fields import FieldNames
 from cotcredit.data.trace import Trace
+from cotcredit.data.traces import iter_traces
 from cotcredit.errors import UserError
 from cotcredit.lm.forcing import ForcingOptions, answer_forcing, connector_after
 from cotcredit.lm.passes import ContinuationScore
@@ -22,14 +24,18 @@ from cotcredit.methods.rredcot import (
     combine,
     combined,
     estimate,
+    reference_steps,
     terminal_value,
+    trace_references,
 )
 from cotcredit.methods.rredcot_paths import (
+    NO_SIBLINGS_NOTE,
     distinct_references,
     parts_after,
     paths_after,
     steps_written,
 )
+from cotcredit.pipeline.inputs import InputOptions
 from cotcredit.pipeline.run import run_analysis
 from cotcredit.segmentation import SegmentOptions, segment_encoded
 
@@ -298,10 +304,50 @@ def test_siblings_are_the_other_right_answers_to_the_same_problem(scorer, tmp_pa
         alone.loc[alone.trace_id == "p1-b", "v_hat"])
 
 
-def test_siblings_need_a_file(scorer):
-    trace = Trace("m", "q?", "One.\nThe answer is 1.", "1", solution="One.", outcome=1.0)
-    with pytest.raises(UserError, match="needs traces read from a file"):
-        run_analysis([trace], scorer, methods={"rredcot": RredcotOptions(references="siblings")})
+def test_siblings_without_a_file_follow_the_listed_solutions(scorer, tmp_path):
+    """In-memory traces (and traces not found again in their file) have no siblings: they follow
+    their `solution` and `solutions` alone, the run says so once, and nothing raises."""
+    seg = SegmentOptions(segments="lines")
+    opts = {"solution_part": "matched", "empty_part": "drop", "forcing": ANSWER_LINE}
+
+    def rows(traces, references):
+        s = run_analysis(traces, scorer, segment_options=seg, methods={
+            "rredcot": RredcotOptions(references=references, **opts)})
+        return pd.DataFrame(s.rows["rredcot"]), s.notes
+
+    got, notes = rows([TRACE, WRONG], "siblings")
+    want, want_notes = rows([TRACE, WRONG], "solutions")
+    cols = ["trace_id", "segment", "score", "v_hat", "g_after"]
+    pd.testing.assert_frame_equal(got[cols], want[cols])
+    assert notes.count(NO_SIBLINGS_NOTE) == 1 and NO_SIBLINGS_NOTE not in want_notes
+    # A file read back without this trace (other field names): the same fallback.
+    path = tmp_path / "renamed.jsonl"
+    path.write_text(json.dumps({"key": TRACE.id, "question": TRACE.prompt, "text": TRACE.response,
+                                "answer": TRACE.answer, "solution": TRACE.solution,
+                                "solutions": TRACE.extra["solutions"], "correct": True}) + "\n")
+    fields = FieldNames().override(id="key", prompt="question", response="text")
+    s = run_analysis(path, scorer, segment_options=seg, inputs=InputOptions(fields=fields),
+                     methods={"rredcot": RredcotOptions(references="siblings", **opts)})
+    read = pd.DataFrame(s.rows["rredcot"])
+    assert read.v_hat.tolist() == want[want.trace_id == TRACE.id].v_hat.tolist()
+    assert NO_SIBLINGS_NOTE in s.notes
+
+
+def test_listed_solutions_come_before_siblings_and_the_cap_cuts_siblings(scorer, tmp_path):
+    records = _records()
+    listed = "Twelve is 3 times 4.\nThe answer is 12."
+    records[0]["solutions"] = [listed]
+    path = tmp_path / "traces.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    trace = next(t for t in iter_traces(path, FieldNames()) if t.id == "p1-a")
+    sibling = records[2]["response"]
+    order = [A, listed, sibling]
+    for cap in (1, 2, 3, 8):
+        got = trace_references(scorer, trace, RredcotOptions(max_references=cap))
+        assert got == [reference_steps(t) for t in order[:cap]], cap
+    notes: list[str] = []
+    trace_references(scorer, trace, RredcotOptions(), notes)
+    assert notes == []  # read from its file: siblings found, nothing to say
 
 
 def test_solutions_field_must_be_texts(scorer):
@@ -320,9 +366,12 @@ WRONG = Trace(
 )
 ROUTED = {"references": "solutions", "solution_part": "matched", "empty_part": "drop",
           "mixture": "mean", "combination": "noisy-or", "max_references": 3}
+#: The one-reference estimator that was the default before v̂ followed every known path.
+ONE_REFERENCE = {"references": "solution", "solution_part": "remaining", "empty_part": "keep"}
 INVARIANT_VARIANTS = [
     {},
-    {"empty_part": "drop"},
+    ONE_REFERENCE,
+    {**ONE_REFERENCE, "empty_part": "drop"},
     ROUTED,
     {"references": "solutions", "solution_part": "suffixes", "empty_part": "drop"},
     {"references": "solutions", "solution_part": "remaining", "mixture": "max",
@@ -365,8 +414,8 @@ def test_every_variant_is_deterministic(scorer):
 
 
 def test_dropping_the_empty_part_changes_only_states_with_nothing_left(scorer):
-    keep = _rows(scorer, [TRACE], empty_part="keep")
-    drop = _rows(scorer, [TRACE], empty_part="drop")
+    keep = _rows(scorer, [TRACE], **ONE_REFERENCE)
+    drop = _rows(scorer, [TRACE], **{**ONE_REFERENCE, "empty_part": "drop"})
     # remaining: nothing of the reference is left at s_K only; R̂ is untouched everywhere.
     assert keep.r_hat.tolist() == drop.r_hat.tolist()
     assert keep.v_hat.iloc[:-1].tolist() == drop.v_hat.iloc[:-1].tolist()
@@ -417,3 +466,31 @@ def test_a_train_config_and_the_verl_section_take_the_value_options(tmp_path):
     assert {k: getattr(verl.rredcot, k) for k in ROUTED} == ROUTED
     with pytest.raises(UserError, match="algorithm.rredcot"):
         credit_options({"mixture": "median"})
+
+
+def test_the_bench_rows_keep_the_estimator_they_name(tmp_path):
+    """The bench's `rredcot` row is the one-reference estimator its checked-in tables hold; the
+    default v̂ is a row through a config; options a config gives a default row go on top of its
+    own."""
+    import dataclasses
+
+    from cotcredit.bench.variants import KNOWN_PATHS, method_runs, read_variants, regime_options
+
+    def built(variants, label):
+        run = next(r for r in method_runs(label, variants) if r.label == label)
+        return regime_options(run, "The answer is ", {}, 0, 0)
+
+    variants = read_variants(None)
+    earlier = built(variants, "rredcot")
+    assert (earlier.value, earlier.references, earlier.solution_part, earlier.empty_part) == (
+        "both", *ONE_REFERENCE.values())
+    assert built(variants, "rredcot-rhat").value == "rhat"
+    known = built(variants, "rredcot-siblings")  # the method's default, built in
+    assert known == dataclasses.replace(RredcotOptions(), forcing=known.forcing)
+    config = tmp_path / "variants.yaml"
+    config.write_text("rredcot: {length_norm: true}\nrredcot-siblings: {method: rredcot}\n")
+    variants = read_variants(config)
+    assert built(variants, "rredcot") == dataclasses.replace(earlier, length_norm=True)
+    default = built(variants, "rredcot-siblings")
+    assert default == dataclasses.replace(RredcotOptions(), forcing=default.forcing)
+    assert {k: getattr(default, k) for k in KNOWN_PATHS} == KNOWN_PATHS

@@ -22,7 +22,9 @@ p(U_j | s_k ⊕ C)·p(Y* | s_k ⊕ C ⊕ U_j ⊕ E) (the probability of finishin
 probes in the same packed passes). A part that is empty (nothing of a reference left) is R̂'s
 own probe again: `empty_part="drop"` counts that path once, so that with disjoint paths g_k is
 a probability; `combination` noisy-or/mean combine R̂ and v̂ without exceeding 1 (`combined`).
-The defaults reproduce the estimator above (see `RredcotOptions`).
+The defaults follow every known path (`references="siblings"`, `solution_part="matched"`,
+`empty_part="drop"`, chosen on the benchmark's regimes; see `RredcotOptions`); the estimator
+above is `references="solution"`, `solution_part="remaining"`, `empty_part="keep"`.
 
 Combination. In `space="prob"` (default) the estimates are combined as probabilities,
 g_k = exp(R̂_k) + λ·exp(v̂_k) (λ = `vhat_weight`, 1 for the estimator), so v̂ stays the
@@ -64,6 +66,7 @@ from cotcredit.lm.passes import Continuation, ContinuationScore
 from cotcredit.methods.base import MethodCommand, MethodRows, MethodSpec, TraceContext
 from cotcredit.methods.rredcot_paths import (
     ALIGNMENTS,
+    NO_SIBLINGS_NOTE,
     REFERENCES,
     distinct_references,
     file_siblings,
@@ -86,25 +89,24 @@ __all__ = [
 
 @dataclass(frozen=True)
 class RredcotOptions:
-    """Options of RREDCoT. `solution_part` was chosen on the development half of the lookup
-    Monte Carlo study (studies/vhat_selection/): the remaining reference steps were the best
-    v̂ form there. `value` is `both` (R̂ + v̂) since the re-check on the organism's development
+    """Options of RREDCoT. `value` is `both` (R̂ + v̂) since the re-check on the organism's development
     split (studies/vhat_selection/organism/), where it beat R̂ alone on localization and MC
     agreement in both regimes, having not hurt on the lookup development traces; a trace
     without a reference solution gets R̂ alone, with a note.
 
-    The value options for a reference that is one path of many (`references`, `solution_part`
-    matched/suffixes, `mixture`, `empty_part`, `combination`; `rredcot_paths`) default to the
-    estimator above: `references="solution"`, `solution_part="remaining"`,
-    `empty_part="keep"`, `combination="sum"` (`mixture` only matters with several references).
-    They stay the default for now so that earlier tables reproduce bit for bit and in-memory
-    traces keep working: the comparison on the benchmark's regimes (studies/value/) chose
-    `references="siblings"`, `solution_part="matched"`, `empty_part="drop"` and it met the
-    held-out rule for a change (far less false blame on valid departures on `multipath`, no
-    loss on `unique`), but `siblings` needs traces read from a file. Where a problem has several
-    valid solutions, list them in `solutions` and use `references="solutions"`,
-    `solution_part="matched"`, `empty_part="drop"` (identical on `multipath` dev);
-    docs/methods/rredcot.md, "One path among many"."""
+    The value options for a reference that is one path of many (`references`, `solution_part`,
+    `mixture`, `empty_part`, `combination`; `rredcot_paths`) default to the variant a comparison
+    on the benchmark's regimes chose by a rule fixed before its runs (studies/value/):
+    `references="siblings"` (the trace's `solution`, its `solutions` list, then the other
+    right-answer responses to the same problem, at most `max_references`; a trace with no file
+    to read them from follows its listed solutions alone), `solution_part="matched"` (the steps
+    after the last reference step the state has written) and `empty_part="drop"` (the last
+    boundary counts the answer once). On the held-out `multipath` split it blamed validly
+    departing correct traces 0.32 of the time against 0.83 for the earlier default, with no loss
+    on `unique`; docs/methods/rredcot.md, "One path among many". The earlier estimator (one
+    reference, steps covered by position, empty part kept; `remaining` had beaten `whole` on the
+    development half of the lookup Monte Carlo study, studies/vhat_selection/) is
+    `references="solution"`, `solution_part="remaining"`, `empty_part="keep"`."""
 
     value: str = option(
         "both", choices=("rhat", "vhat", "both"),
@@ -122,16 +124,17 @@ class RredcotOptions:
         "advantage: they sum to the outcome - g_0.",
     )
     solution_part: str = option(
-        "remaining", choices=ALIGNMENTS,
+        "matched", choices=ALIGNMENTS,
         help="Which part of each reference v̂ scores after a state: whole: all of it; "
         "remaining: the steps not covered by position (⌊k·S/K⌋ of S); matched: the steps "
         "after the last one the state has written; suffixes: every suffix, summed.",
     )
     references: str = option(
-        "solution", choices=REFERENCES,
+        "siblings", choices=REFERENCES,
         help="The known paths of v̂: solution: the trace's reference solution; solutions: "
         "also its 'solutions' field (a list); siblings: also the other right-answer responses "
-        "to the same problem (same 'problem_id', else prompt, in the input file).",
+        "to the same problem (same 'problem_id', else prompt, in the input file; traces not "
+        "read from a file: the listed ones alone, with a note).",
     )
     max_references: int = option(8, help="At most this many distinct references per trace.")
     mixture: str = option(
@@ -140,7 +143,7 @@ class RredcotOptions:
         "distinct paths (each counted once); mean: their average; max: the likeliest.",
     )
     empty_part: str = option(
-        "keep", choices=("drop", "keep"),
+        "drop", choices=("drop", "keep"),
         help="A reference with nothing left after a state: drop: no v̂ term (its path is R̂'s, "
         "counted once); keep: the forced answer alone, as R̂ again.",
     )
@@ -209,10 +212,17 @@ def _prefix_tail(ctx: TraceContext, boundary: int) -> str:
     return ctx.scorer.tokenizer.decode(ctx.encoded.ids[max(0, n - 4) : n])
 
 
-def trace_references(scorer, trace, options: RredcotOptions) -> list[list[str]]:
+def trace_references(scorer, trace, options: RredcotOptions,
+                     notes: list[str] | None = None) -> list[list[str]]:
     """The steps of each distinct reference of a trace (`--references`; siblings from the
-    file the trace was read from), at most `max_references`."""
-    siblings = file_siblings(scorer, trace) if options.references == "siblings" else ()
+    file the trace was read from), at most `max_references`. A trace without such a file
+    follows its listed solutions alone; `NO_SIBLINGS_NOTE` is then added to `notes`."""
+    siblings: Sequence[str] = ()
+    if options.references == "siblings":
+        found = file_siblings(scorer, trace)
+        if found is None and notes is not None and NO_SIBLINGS_NOTE not in notes:
+            notes.append(NO_SIBLINGS_NOTE)
+        siblings = found or ()
     return distinct_references(reference_texts(trace, options.references, siblings),
                                options.max_references)
 
@@ -266,7 +276,7 @@ def build_probes(ctx: TraceContext, options: RredcotOptions,
     wants_v = options.value in ("vhat", "both") and options.vhat_weight > 0
     refs: list[list[str]] = []
     if wants_v:
-        refs = (trace_references(ctx.scorer, trace, options) if references is None
+        refs = (trace_references(ctx.scorer, trace, options, ctx.notes) if references is None
                 else distinct_references(references, options.max_references))
     if options.value == "vhat" and not refs:
         raise UserError(

@@ -14,7 +14,9 @@ every text of its ``solutions`` field (a list); ``siblings``, also every other r
 same problem that reached the right answer (outcome ≥ 0.5): in a traces file, the records with
 the same ``problem_id`` field (else the same prompt); in training, the completions of the batch
 given the same prompt (a GRPO group). Duplicates (same lines after whitespace normalisation) are
-counted once; at most ``max_references``, in that order.
+counted once; at most ``max_references``, in that order (the listed solutions first, so siblings
+fill what is left). A trace with no file to read its siblings from (built in memory, or not
+found again in its file) follows its listed solutions alone, and the run says so once.
 
 Alignment (`--solution-part`), per reference, at state s_k:
 
@@ -178,11 +180,18 @@ def problem_key(trace: Trace) -> str:
     return f"id:{pid}" if pid is not None else f"prompt:{trace.prompt}"
 
 
+#: Said once per run when `--references siblings` has no file to read the other responses from.
+NO_SIBLINGS_NOTE = (
+    "--references siblings: traces not read from a file (or not found again in it with the "
+    f"default field names) follow their listed solutions ('solution', '{SOLUTIONS_FIELD}') only")
+
+
 class SiblingIndex:
     """The right-answer responses of a traces file by problem (`problem_key`), read once.
 
     Read back with the default field names; a trace whose own response is not found again
-    there (other field names, another file) is a one-line error rather than wrong references.
+    there (other field names, another file) has no siblings here (`of` returns None) rather
+    than wrong references.
     """
 
     def __init__(self, path: str):
@@ -198,25 +207,21 @@ class SiblingIndex:
             if trace_outcome(t) >= 0.5:
                 self.correct.setdefault(problem_key(t), []).append((t.id, t.response))
 
-    def of(self, trace: Trace) -> list[str]:
-        """The other right-answer responses to `trace`'s problem (never the trace itself)."""
+    def of(self, trace: Trace) -> list[str] | None:
+        """The other right-answer responses to `trace`'s problem (never the trace itself);
+        None when `trace` is not found again in the file."""
         if self.responses.get(trace.id) != trace.response:
-            raise UserError(
-                f"{trace.where}: --references siblings reads the other responses back from "
-                f"{self.path} with the default field names and did not find this trace there; "
-                f"put the references in the '{SOLUTIONS_FIELD}' field and use --references "
-                "solutions")
+            return None
         return [r for tid, r in self.correct.get(problem_key(trace), []) if tid != trace.id]
 
 
-def file_siblings(scorer, trace: Trace) -> list[str]:
+def file_siblings(scorer, trace: Trace) -> list[str] | None:
     """`SiblingIndex.of` for the file `trace` was read from (the index built once per file
-    version and kept with the scorer, like the run's answer forcing)."""
+    version and kept with the scorer, like the run's answer forcing); None when the trace was
+    not read from a file or is not found again in it (the caller falls back to the listed
+    solutions and says so with `NO_SIBLINGS_NOTE`)."""
     if not trace.source or trace.source.startswith("<") or not os.path.isfile(trace.source):
-        raise UserError(
-            f"{trace.where}: --references siblings needs traces read from a file (the other "
-            f"responses to the same problem); give references in the '{SOLUTIONS_FIELD}' field "
-            "instead")
+        return None
     stat = os.stat(trace.source)
     key = (os.path.abspath(trace.source), stat.st_mtime_ns, stat.st_size)
     cache: dict = scorer.__dict__.setdefault("_sibling_indexes", {})

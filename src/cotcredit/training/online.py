@@ -242,6 +242,7 @@ class OnlineRredcot:
                     rows.append(row)
             if self.options.references == "siblings":
                 self._add_siblings(scorer, rows, prompt_ids)
+                self._count_without_references(sum(not r.references for r in rows))
             for batch in self._micro_batches(rows):
                 self._score_rows(scorer, batch)
             for row in rows:
@@ -286,14 +287,8 @@ class OnlineRredcot:
         siblings = self.options.references == "siblings"
         if self.options.value == "vhat" and not given and not siblings:
             raise CompletionError("value 'vhat' needs a reference solution", i)
-        if self.options.value == "both" and not given and not siblings:
-            if not self.without_solution:
-                warnings.warn(
-                    "value 'both' without a reference solution: such completions get g from "
-                    "R̂ alone (pass solutions=... for v̂; count in .without_solution)",
-                    stacklevel=3,
-                )
-            self.without_solution += 1
+        if not given and not siblings:  # with siblings: counted once they are known
+            self._count_without_references(1)
         try:
             enc = scorer.encode_completion(
                 trace, p_ids, c_ids,
@@ -308,6 +303,19 @@ class OnlineRredcot:
             else 1.0 if grade_completion(enc.trace.response, trace.answer).correct else 0.0
         )
         return _Row(i, enc, zeta, given)
+
+    def _count_without_references(self, n: int) -> None:
+        """Count `n` completions whose v̂ has no reference under value 'both' (g from R̂
+        alone), warning at the first."""
+        if self.options.value != "both" or not n:
+            return
+        if not self.without_solution:
+            warnings.warn(
+                "value 'both' without a reference solution: such completions get g from "
+                "R̂ alone (pass solutions=... for v̂; count in .without_solution)",
+                stacklevel=4,
+            )
+        self.without_solution += n
 
     def _add_siblings(self, scorer: Scorer, rows: list[_Row], prompt_ids) -> None:
         """`references="siblings"`: each row also follows the other completions of the batch
