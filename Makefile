@@ -130,6 +130,7 @@ train-study-lookup: install
 bench: install
 	HF_HUB_OFFLINE=1 nice -n 10 $(PY) -m studies.bench.full \
 		$(if $(BENCH_REGIMES),--regimes $(BENCH_REGIMES)) 2>&1 | tee -a studies/bench/run.log
+	HF_HUB_OFFLINE=1 $(PY) -m studies.bench.value_default
 
 # Which v̂ follows the state's value when the reference is one path of many? The v̂ variants on
 # the benchmark's unique and multipath traces (chosen on dev, reported on test; protocol in

@@ -58,7 +58,7 @@ class BenchOptions:
 
     regimes: str | None = option(
         None, help="Comma-separated regimes [default: every regime whose model is there: "
-        "unique, multipath, forecast, hops; long ships no checkpoint yet].")
+        "unique, multipath, forecast, long, hops].")
     methods: str | None = option(
         None, help="Comma-separated methods and variants (mc always runs) [default: quick: "
         "rredcot,rredcot-rhat,loo; full: every registered method and variant].")

@@ -69,8 +69,10 @@ SIZES: dict[str, dict[str, BenchSize]] = {
                                caps=caps(mc=60, dev_mc=30, shapley=60, gradient=150)),
         "forecast": BenchSize(problems=150, samples=4, rollouts=64,
                               caps=caps(mc=24, dev_mc=12, shapley=24, gradient=40)),
-        "long": BenchSize(problems=100, samples=4, rollouts=64,
-                          caps=caps(mc=40, dev_mc=20, shapley=40)),
+        # long: fewer traces and 32 rollouts, to fit the CPU its late checkpoint left
+        # (PROTOCOL.md, amendments)
+        "long": BenchSize(problems=50, samples=4, rollouts=32, dev_problems=25,
+                          caps=caps(mc=20, dev_mc=8, shapley=20, gradient=60)),
         # hops on SmolLM2 is the expensive part: dev runs only what the choice of the best
         # baseline needs and R̂ + v̂ / R̂ (the value-estimate study reads them)
         "hops": BenchSize(problems=240, samples=1, rollouts=8, dev_problems=60,

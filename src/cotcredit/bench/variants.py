@@ -8,7 +8,12 @@ side on the leaderboard. Variants come from a YAML/TOML/JSON file (``--config``)
     rredcot-norm: {method: rredcot, length_norm: true}
     loo: {baseline_text: "..."}                          # a registered method's own options
 
-``DEFAULT_VARIANTS`` are always known (``rredcot-rhat``: R̂ alone, beside R̂ + v̂). Every
+``DEFAULT_VARIANTS`` are always known, each with its value options in full so that a row
+computes the same estimator whatever the method's defaults are: ``rredcot``, R̂ + v̂ with v̂
+over the one reference's remaining steps (the estimator the benchmark protocol names
+``rredcot`` and its checked-in tables hold; no longer the method's default); ``rredcot-rhat``,
+R̂ alone; and ``rredcot-siblings``, the method's default v̂ (every known path matched by
+content, the last boundary counted once; chosen in studies/value/). Every
 registered method (``cotcredit.methods.registry``: the package's and those registered by entry
 point) is benchmarked by name with nothing else to add. Per regime, the answer-forcing exit
 string of every method that forces an answer is the regime's (unless the options set one), and
@@ -27,9 +32,18 @@ from cotcredit.errors import UserError
 from cotcredit.methods import get_method, registry
 from cotcredit.options import build_options, read_config
 
+#: RREDCoT's v̂ over its one reference's steps covered by position (the earlier default).
+ONE_REFERENCE: dict[str, Any] = {"references": "solution", "solution_part": "remaining",
+                                 "empty_part": "keep"}
+#: RREDCoT's default v̂: every known path, matched by content, the empty part dropped.
+KNOWN_PATHS: dict[str, Any] = {"references": "siblings", "solution_part": "matched",
+                               "empty_part": "drop"}
 #: Variants every bench knows.
-DEFAULT_VARIANTS: dict[str, dict[str, Any]] = {"rredcot-rhat": {"method": "rredcot",
-                                                                "value": "rhat"}}
+DEFAULT_VARIANTS: dict[str, dict[str, Any]] = {
+    "rredcot": {"method": "rredcot", "value": "both", **ONE_REFERENCE},
+    "rredcot-rhat": {"method": "rredcot", "value": "rhat"},
+    "rredcot-siblings": {"method": "rredcot", "value": "both", **KNOWN_PATHS},
+}
 #: The Monte Carlo method, the reference of MC tracking.
 REFERENCE = "mc"
 
@@ -63,7 +77,8 @@ class MethodRun:
 
 
 def read_variants(config: str | Path | None) -> dict[str, dict[str, Any]]:
-    """``DEFAULT_VARIANTS`` updated from a config file (label -> {method?, options...})."""
+    """``DEFAULT_VARIANTS`` updated from a config file (label -> {method?, options...}); options
+    given for a default variant of the same method are set on top of its own."""
     found = {k: dict(v) for k, v in DEFAULT_VARIANTS.items()}
     if config is None:
         return found
@@ -73,7 +88,10 @@ def read_variants(config: str | Path | None) -> dict[str, dict[str, Any]]:
         if method not in registry():
             raise UserError(f"{config}: {label}: unknown method {method!r} (known: "
                             f"{', '.join(registry())})")
-        found[label] = {"method": method, **{k: v for k, v in opts.items() if k != "method"}}
+        base = found.get(label, {})
+        base = base if base.get("method") == method else {}
+        found[label] = {**base, "method": method,
+                        **{k: v for k, v in opts.items() if k != "method"}}
     return found
 
 

@@ -64,7 +64,10 @@ RECIPES: dict[str, tuple[TrainOptions, ...]] = {
     ),
     # Continues from `unique` (rotary positions: raising them to 512, which fit the longest
     # prompt and response, adds no weights). 8 sequences of ~300 tokens a step hold more step
-    # lines than 32 short ones.
+    # lines than 32 short ones. The shipped config declares 1,024 positions (same weights, same
+    # logits below 512): the methods' context checks bound every probe or rollout by the whole
+    # trace plus the longest probe or `max_new_tokens`, which passes 512, while the passes stay
+    # below it in practice (a rollout from the end of a trace writes one answer line and stops).
     "long": (TrainOptions(regime="long", init_from="unique", positions=512, batch_size=8,
                           lr=1e-3, warmup=10, max_steps=4000, save_dtype="float16",
                           eval_problems=60),),

@@ -14,7 +14,10 @@ One valid path, as in `unique`, five to ten times longer. Every step is decided 
 before it (compare it with the threshold, apply the addition or the subtraction): a step needs
 no look-up into a list of 20-40 operations, which a small model fails at (a version listing the
 operations stalled with every first error on the first line), so the checkpoint learns the task
-from `unique`'s in minutes, and its errors are its own slips spread along the chain. The lines
+from `unique`'s (1,900 steps, about 17 minutes on one CPU thread), and its errors are its own
+slips spread along the chain: held out, 0.63 of its temperature-1 samples reach the right answer
+(0.57 with every step right), and first errors fall on 34 of the 40 positions, none holding more
+than 16% of them. The lines
 are numbered: the count tells the model when to stop. Every value stays in 0..19 (the addition
 is at most 20 − threshold, the subtraction at most the threshold).
 
@@ -108,12 +111,6 @@ class Long(Regime):
         "localizes every error."
     )
     hypothesis = "with 20-40 steps, credit must localize among many segments at growing cost"
-    unavailable = (
-        "no checkpoint yet: continued from `unique`'s checkpoint on this version's CPU budget, "
-        "the model did not learn the task (dev accuracy 0.02-0.10 of temperature-1 samples, "
-        "first errors mostly on step 1), so its traces would test nothing but a first line; "
-        "the generator and checker ship, the checkpoint does not"
-    )
     sampling = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 384}
     pools = {"test": 1000, "dev": 500}
     split_seeds = {"train": 31, "dev": 32, "test": 33}
