@@ -32,7 +32,7 @@ def test_minimal_config_defaults_and_paths_relative_to_the_config(tmp_path):
     assert cfg.train_file == tmp_path / "data" / "train.jsonl"
     assert cfg.output_dir == tmp_path / "runs" / "x"
     assert cfg.eval_file is None and cfg.model is None
-    assert cfg.advantage == "rredcot" and cfg.seed == 42
+    assert cfg.advantage == "grpo" and cfg.seed == 42
     assert cfg.credit.segments == 8 and cfg.rredcot.value == "rhat"
     assert (cfg.credit.form, cfg.credit.strength, cfg.credit.floor) == ("reweight", 3.0, 0.0)
 

@@ -111,6 +111,25 @@ of mc (resumed from its step-100 checkpoint) and of mc-sr was run to complete th
 amendment 3, and the summary files now include it. This departs from the 23:55 stop rule and
 was decided with mc's 7-seed result (online − grpo +0.014 [−0.000, +0.029]) in view, so the
 8-seed mc numbers are post hoc, not confirmatory: the confirmatory mc result is the 7-seed one.
+
+Amendment 5 (2026-12-04, 02:30, after every main result on `unique` had been seen; written as
+the first `multipath` training run started, before any of its results): step 1's pilot on
+`multipath` (its checkpoint shipped after the pilot had chosen `unique`), seeds 0-7, arms grpo,
+oracle, oracle-sr, shared settings unchanged. It answers step 1's question there (does perfect
+credit beat grpo when several paths are valid?) and changes nothing already concluded: the
+main runs stay on `unique`. The `long` pilot is not run in this version: a `long` run samples
+up to 320 tokens a completion, about five times `unique`'s, so 24 pilot runs do not fit the CPU
+left; the report says so.
+
+Amendment 6 (2026-12-04, 03:27, after every 8-seed main result and the `multipath` pilot had
+been seen): seeds 8-16 of grpo, oracle, rredcot and shuffled (reweight), the 17 seeds the power
+analysis asked for, for the arms of the default's rule (rredcot, the cheapest source without a
+checker, against grpo and shuffled) and the positive control. They run seed by seed through the
+four arms and stop at 04:20 whatever the results; the summary then reports these arms at the
+seeds all four have, beside the 8-seed table, and says which seeds were seen when this was
+decided. Monte Carlo and the segment-rewards arms stay at 8 seeds (their runs cost more). The
+default's rule is applied to the 8-seed result (the study's stop); the 17-seed numbers are
+reported as the planned sample, not used to change the default after the fact.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A minimal config::
 
     train_file: data/train.jsonl     # prompt, answer, optional solution per record
     output_dir: runs/rredcot
-    advantage: rredcot               # the credit source: grpo | rredcot | mc | oracle | shuffled
+    advantage: rredcot               # the credit source: grpo (default) | rredcot | mc | oracle | shuffled
     grpo:
       num_generations: 8
       max_completion_length: 1024
@@ -245,7 +245,9 @@ class TrainConfig(_Section):
     eval_split: str | None = None  # split of a dataset eval_file
     output_dir: Path
     seed: int = 42
-    advantage: Literal["grpo", "rredcot", "mc", "oracle", "shuffled"] = "rredcot"
+    # grpo (no credit) by default: in the organism training study no credit source a user has
+    # without a checker (rredcot, mc) beat grpo with its interval above 0 (studies/training/).
+    advantage: Literal["grpo", "rredcot", "mc", "oracle", "shuffled"] = "grpo"
     credit: CreditOptions = CreditOptions()
     rredcot: RredcotTrainingOptions = RredcotTrainingOptions()
     mc: McTrainingOptions = McTrainingOptions()
