@@ -121,11 +121,11 @@ main runs stay on `unique`. The `long` pilot is not run in this version: a `long
 up to 320 tokens a completion, about five times `unique`'s, so 24 pilot runs do not fit the CPU
 left; the report says so.
 
-Amendment 6 (2026-12-04, 03:27, after every 8-seed main result and the `multipath` pilot had
+Amendment 6 (2026-12-04, 03:24, after every 8-seed main result and the `multipath` pilot had
 been seen): seeds 8-16 of grpo, oracle, rredcot and shuffled (reweight), the 17 seeds the power
 analysis asked for, for the arms of the default's rule (rredcot, the cheapest source without a
 checker, against grpo and shuffled) and the positive control. They run seed by seed through the
-four arms and stop at 04:20 whatever the results; the summary then reports these arms at the
+four arms and stop at 04:14 whatever the results; the summary then reports these arms at the
 seeds all four have, beside the 8-seed table, and says which seeds were seen when this was
 decided. Monte Carlo and the segment-rewards arms stay at 8 seeds (their runs cost more). The
 default's rule is applied to the 8-seed result (the study's stop); the 17-seed numbers are
