@@ -118,3 +118,29 @@ def traces_file(tmp_path) -> Path:
     p = tmp_path / "traces.jsonl"
     p.write_text("".join(json.dumps(t) + "\n" for t in SAMPLE_TRACES))
     return p
+
+
+# A hand-written hops question and its right response (the hops checker's tests).
+HOPS_Q = """Friends:
+Emma's friend is Jack.
+Jack's friend is Noah.
+Noah's friend is Emma.
+Mia's friend is Jack.
+
+Favourite fruits:
+Emma's favourite fruit is the plum.
+Noah's favourite fruit is the peach.
+Jack's favourite fruit is the kiwi.
+Mia's favourite fruit is the orange.
+
+Prices:
+The kiwi costs 72 coins.
+The peach costs 13 coins.
+The plum costs 22 coins.
+The orange costs 59 coins.
+
+Question: Start at Mia and go to their friend 2 times. How much does the favourite fruit of \
+the person you reach cost?"""
+HOPS_RIGHT = ["We start at Mia.", "Mia's friend is Jack.", "Jack's friend is Noah.",
+              "Noah's favourite fruit is the peach.", "The peach costs 13 coins.",
+              "So Noah's favourite fruit costs 13 coins."]

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import HOPS_Q, HOPS_RIGHT
 
 from cotcredit.bench.lines import departure_char
 from cotcredit.bench.regimes import REGIMES, checkpoint, get_regime
@@ -306,31 +307,6 @@ def test_forecast_checker():
 
 
 # ---- hops ------------------------------------------------------------------------------------
-HOPS_Q = """Friends:
-Emma's friend is Jack.
-Jack's friend is Noah.
-Noah's friend is Emma.
-Mia's friend is Jack.
-
-Favourite fruits:
-Emma's favourite fruit is the plum.
-Noah's favourite fruit is the peach.
-Jack's favourite fruit is the kiwi.
-Mia's favourite fruit is the orange.
-
-Prices:
-The kiwi costs 72 coins.
-The peach costs 13 coins.
-The plum costs 22 coins.
-The orange costs 59 coins.
-
-Question: Start at Mia and go to their friend 2 times. How much does the favourite fruit of \
-the person you reach cost?"""
-HOPS_RIGHT = ["We start at Mia.", "Mia's friend is Jack.", "Jack's friend is Noah.",
-              "Noah's favourite fruit is the peach.", "The peach costs 13 coins.",
-              "So Noah's favourite fruit costs 13 coins."]
-
-
 def hops_problem() -> Problem:
     from cotcredit.bench.regimes.hops import chatml
 
