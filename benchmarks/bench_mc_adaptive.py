@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> dict:
         auto_credit[t] = credits(va)
         n_auto[t] = sum(tl.n for tl in tallies)
         for tl, v in zip(tallies, v64, strict=True):
-            low, high = wilson(tl.correct, tl.usable) if tl.usable else (0.0, 1.0)
+            low, high = wilson(tl.correct, tl.usable)  # (0, 1) with none usable
             cover.append(low <= v <= high)
         rows_auto.append([tl.n for tl in tallies])
     table = mc.groupby("trace_id", sort=False)["score"].apply(list)

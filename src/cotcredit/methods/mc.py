@@ -117,7 +117,8 @@ class McOptions(SamplingSettings):
     )
 
     def __post_init__(self) -> None:
-        # `rollouts` is typed int | str for "auto": any other text is refused where it is read.
+        # `rollouts` is typed int | str for "auto": other text becomes a number or is refused
+        # here, where the options are built (before any model is loaded).
         if isinstance(self.rollouts, str) and self.rollouts != "auto":
             try:
                 object.__setattr__(self, "rollouts", int(self.rollouts))
@@ -137,8 +138,6 @@ class McOptions(SamplingSettings):
 
     def validate(self) -> McOptions:
         """Check the options (a one-line UserError naming the flag); returns self."""
-        if isinstance(self.rollouts, str) and not self.adaptive:
-            raise UserError(f"--rollouts must be a number or auto, got '{self.rollouts}'")
         if self.adaptive:
             if self.round_rollouts < 1:
                 raise UserError(f"--round-rollouts must be at least 1, got {self.round_rollouts}")
