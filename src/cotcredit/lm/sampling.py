@@ -30,8 +30,10 @@ continues a prompt's samples: adaptive Monte Carlo's rounds); `keys` default to 
 index among identical prompts of the call). The hf backend samples by inverse CDF with one
 uniform number per row and step from that stream, so what a row generates does not depend on
 the batch size, the order of prompts, the other prompts of the call or out-of-memory retries;
-same seed + backend + device → identical output (up to floating-point effects of padding, which
-can only matter where two tokens' cumulative probabilities tie to float precision).
+same seed + backend + device → identical output, up to float rounding: the rows decoded beside a
+row and the width of its cache frame can change the last bits of its logits on some models, which
+moves a draw that falls within rounding of a token boundary (SmolLM2-135M: 1 of 144 rollouts when
+two traces shared one call; none between 32 and 72 slots).
 """
 
 from __future__ import annotations
