@@ -7,6 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH ?= torch==2.13.0
 OUT ?= out
+comma := ,
 
 .PHONY: install demo test test-slow lint clean bench value-study training-study
 
@@ -127,9 +128,15 @@ train-study-lookup: install
 # cores (resumable: rerun to continue; progress in studies/bench/run.log), then the
 # tracked summary (leaderboard, comparisons, figure). Results in studies/bench/.
 # BENCH_REGIMES=unique,hops: only those (default: every regime whose model is shipped).
+# Then the value-estimate study's v̂ variants on every held-out split (about 1.5 hours, most of
+# it SmolLM2 on hops), the leaderboard with them, and the default v̂ paired with the earlier one.
 bench: install
 	HF_HUB_OFFLINE=1 nice -n 10 $(PY) -m studies.bench.full \
 		$(if $(BENCH_REGIMES),--regimes $(BENCH_REGIMES)) 2>&1 | tee -a studies/bench/run.log
+	HF_HUB_OFFLINE=1 nice -n 10 $(PY) -m studies.bench.value_variants \
+		$(if $(BENCH_REGIMES),--regimes $(BENCH_REGIMES)) 2>&1 | tee -a studies/bench/run.log
+	HF_HUB_OFFLINE=1 $(PY) -m studies.bench.from_tables \
+		$(if $(BENCH_REGIMES),$(subst $(comma), ,$(BENCH_REGIMES)),unique multipath forecast long hops)
 	HF_HUB_OFFLINE=1 $(PY) -m studies.bench.value_default
 
 # Which v̂ follows the state's value when the reference is one path of many? The v̂ variants on

@@ -7,7 +7,10 @@ methods' options gained fields since, so their run key differs although the scor
 same computation), the metrics are recomputed here by the bench's own code
 (`cotcredit.bench.metrics.regime_metrics`) from those tables and labels, written to
 `<run>/<regime>/<split>/metrics.csv`, and the leaderboard files are rewritten with them
-(the other regimes' rows as the run wrote them). Then the tracked summary (`summarize.py`).
+(the other regimes' rows as the run wrote them). `hops` is recomputed from the lookup study's
+tables and the value variants' (`hops_from_study.py`). The value-estimate study's variants
+(`value_variants.py`) join the leaderboard where their tables are. Then the tracked summary
+(`summarize.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,11 @@ import pandas as pd
 
 HERE = Path(__file__).resolve().parent
 SPLITS = ("dev", "test")
-TABLES = ("rredcot", "rredcot-rhat", "rredcot-siblings", "loo", "shapley", "gradient", "mc")
+#: The value-estimate study's variants (value_variants.yaml), scored on the test splits.
+VARIANTS = ("rredcot-drop", "rredcot-matched", "rredcot-suffixes", "rredcot-multi",
+            "rredcot-multi-matched", "rredcot-multi-suffixes", "rredcot-multi-noisyor")
+TABLES = ("rredcot", "rredcot-rhat", "rredcot-siblings", *VARIANTS, "loo", "shapley", "gradient",
+          "mc")
 
 
 def split_metrics(where: Path, n_boot: int = 2000, seed: int = 0, splits: int = 20):
@@ -29,6 +36,7 @@ def split_metrics(where: Path, n_boot: int = 2000, seed: int = 0, splits: int = 
     from cotcredit.pipeline.scores import load_scores
     from cotcredit.report.baselines import departures_from_traces
     from cotcredit.report.rollouts import counts_from_rollouts, read_rollouts
+    from studies.bench.value_variants import alias_rows
 
     records = [json.loads(line) for line in (where / "traces.jsonl").read_text().splitlines()
                if line.strip()]
@@ -36,12 +44,27 @@ def split_metrics(where: Path, n_boot: int = 2000, seed: int = 0, splits: int = 
     counts = None
     if (where / "rollouts.parquet").exists():
         counts = counts_from_rollouts(read_rollouts(where / "rollouts.parquet"))
-    m = regime_metrics(load_scores(tables), labels_frame(records),
+    m = regime_metrics(alias_rows(load_scores(tables), records), labels_frame(records),
                        departures=departures_from_traces(records), counts=counts,
                        segments=pd.read_parquet(where / "segments.parquet"), n_boot=n_boot,
                        seed=seed, splits=splits)
     m.table.to_csv(where / "metrics.csv", index=False)
     return m
+
+
+def alias_notes(name: str, where: Path) -> list[str]:
+    """The leaderboard's note on the variants shown under another's computation, if any."""
+    from studies.bench.value_variants import same_as
+
+    records = [json.loads(line) for line in (where / "traces.jsonl").read_text().splitlines()
+               if line.strip()]
+    same = same_as(records)
+    if not same:
+        return []
+    pairs = ", ".join(f"{a} = {b}" for a, b in same.items())
+    return [f"{name}: every trace lists one reference, so these variants compute the same "
+            f"probes and are shown with the same scores: {pairs} (studies/bench/"
+            "value_variants.py)"]
 
 
 def main(argv=None) -> None:
@@ -67,6 +90,17 @@ def main(argv=None) -> None:
             after = [i for i, m in enumerate(methods) if m.split("-")[0] == t.split("-")[0]]
             methods.insert(after[-1] + 1 if after else len(methods), label)
     for name in args.regimes:
+        if name == "hops":  # from the lookup study's tables (hops_from_study.py)
+            from studies.bench.hops_from_study import hops_metrics
+
+            own, facts = hops_metrics(args.run)
+            facts["best"] = {r.metric: {"baseline": r.baseline, "chosen_on": r.chosen_on,
+                                        "value": r.value}
+                             for r in best_baselines(own, BASELINES).itertuples()}
+            results = pd.concat([results.loc[results["regime"] != name], own],
+                                ignore_index=True)
+            info[name] = facts
+            continue
         regime = get_regime(name)
         parts = []
         for split in SPLITS:
@@ -81,7 +115,7 @@ def main(argv=None) -> None:
                                       for k, v in m.counts.items()},
                          "notes": [f"{name}: metrics recomputed from the run's tables by "
                                    "this version's code (studies/bench/from_tables.py)",
-                                   *m.notes]}
+                                   *alias_notes(name, args.run / name / "test"), *m.notes]}
         own = pd.concat(parts, ignore_index=True)
         facts["best"] = {r.metric: {"baseline": r.baseline, "chosen_on": r.chosen_on,
                                     "value": r.value}

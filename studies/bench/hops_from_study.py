@@ -13,6 +13,10 @@ of the bench's `hops` test set. There is no development split: the best baseline
 is chosen on the held-out split (the leaderboard says "chosen on test"), so for `hops` only the
 paired differences with `refdiff` and `entropy`, fixed in advance, are confirmatory.
 
+The value-estimate study's variants, the default v̂ among them, were scored on the same traces
+and segmentation with the embedded model (`value_variants.py`, tables in `hops_value/`); they
+join the rows when their tables are there.
+
 Writes `<run>/hops/test/metrics.csv` and returns the stacked metrics and the regime's facts for
 the leaderboard (`studies/bench/full.py` merges them with the other regimes').
 """
@@ -28,6 +32,8 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 STUDY = ROOT / "studies" / "lookup_study"
+#: The value-estimate variants scored on the same traces (studies/bench/value_variants.py).
+VARIANTS = HERE / "hops_value"
 #: The study's tables and the methods each holds (attr.parquet also holds leave-one-out on its
 #: first 60 traces: the 240-trace table is the one used).
 TABLES = {"rredcot.parquet": ("rredcot",), "rredcot_rhat.parquet": ("rredcot-rhat",),
@@ -35,8 +41,8 @@ TABLES = {"rredcot.parquet": ("rredcot",), "rredcot_rhat.parquet": ("rredcot-rha
           "mc.parquet": ("mc",)}
 N_BOOT, SEED, SPLITS = 2000, 0, 20
 NOTES = [
-    "hops: scored from the lookup study's tables on the same 240 held-out traces and "
-    "segmentation (not recomputed: hours of SmolLM2 on this machine); Monte Carlo 24 rollouts "
+    "hops: the methods scored from the lookup study's tables on the same 240 held-out traces "
+    "and segmentation (not recomputed: hours of SmolLM2 on this machine); Monte Carlo 24 rollouts "
     "per boundary (at most 96 new tokens) and Shapley / integrated gradients (16 steps) on the "
     "first 60 traces; no development split, so the best baseline is chosen on the held-out "
     "split and only the differences with refdiff and entropy are confirmatory.",
@@ -51,6 +57,7 @@ def hops_metrics(run: Path, cache: Path | None = None) -> tuple[pd.DataFrame, di
     from cotcredit.pipeline.scores import load_scores
     from cotcredit.report.baselines import departures_from_traces
     from cotcredit.report.rollouts import counts_from_rollouts, read_rollouts
+    from studies.bench.value_variants import alias_rows, same_as
 
     traces = (cache or default_folder()) / "hops" / "test" / "traces.jsonl"
     records = [json.loads(line) for line in traces.read_text().splitlines() if line.strip()]
@@ -59,6 +66,10 @@ def hops_metrics(run: Path, cache: Path | None = None) -> tuple[pd.DataFrame, di
     (where / "traces.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     scores = pd.concat([load_scores([STUDY / name], methods=list(methods))
                         for name, methods in TABLES.items()], ignore_index=True)
+    variants = sorted(VARIANTS.glob("*.parquet"))  # value_variants.py: the same traces
+    if variants:
+        scores = alias_rows(pd.concat([scores, load_scores(variants)], ignore_index=True),
+                            records)
     counts = counts_from_rollouts(read_rollouts(STUDY / "rollouts.parquet"))
     m = regime_metrics(scores, labels_frame(records), departures=departures_from_traces(records),
                        counts=counts, segments=pd.read_parquet(STUDY / "segments.parquet"),
@@ -72,6 +83,13 @@ def hops_metrics(run: Path, cache: Path | None = None) -> tuple[pd.DataFrame, di
              "left_out": {k: {r: n for r, n in v.items() if r not in ("erroneous", "traces")
                               and n} for k, v in m.counts.items()},
              "notes": [*NOTES, *m.notes]}
+    same = same_as(records) if variants else {}
+    if same:
+        facts["notes"].insert(1, "hops: the value-estimate variants scored on the same traces "
+                              "(studies/bench/hops_value/); every trace lists one reference and "
+                              "no problem has a second response, so these compute the same "
+                              "probes and are shown with the same scores: "
+                              + ", ".join(f"{a} = {b}" for a, b in same.items()))
     return m.table.assign(regime="hops", split="test"), facts
 
 
