@@ -114,10 +114,9 @@ def score_split(traces: Path, segments: Path, out: Path, model, exit_string: str
         opts = build_options(spec.options_type, {**found[label], "exit_string": exit_string},
                              label)
         t0 = time.perf_counter()
-        summary = score(traces, out / f"{label}.parquet", methods={"rredcot": opts},
-                        segments_file=segments, model=model, label=label, timings=True)
-        say(f"  {label}: {summary.traces if hasattr(summary, 'traces') else ''} "
-            f"{time.perf_counter() - t0:.0f} s")
+        score(traces, out / f"{label}.parquet", methods={"rredcot": opts},
+              segments_file=segments, model=model, label=label, timings=True)
+        say(f"  {label}: {time.perf_counter() - t0:.0f} s")
 
 
 def main(argv=None) -> None:
