@@ -88,6 +88,12 @@ def plain_generate(scorer, prompts, n: int, batch: int, new_tokens: int, tempera
     import torch
     from transformers import DynamicCache, GenerationConfig
 
+    try:
+        from cotcredit.lm.head import cache_arg as cache_kw
+    except ImportError:  # an older cotcredit: the keyword of the transformers it ran on
+        def cache_kw(module, cache):
+            return {"past_key_values": cache}
+
     model, tok = scorer.model, scorer.tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     rows = [p for p in sorted(prompts, key=len, reverse=True) for _ in range(n)]
@@ -113,10 +119,10 @@ def plain_generate(scorer, prompts, n: int, batch: int, new_tokens: int, tempera
                 cache = DynamicCache(config=model.config)
                 pos = (mask[:, :-1].cumsum(-1) - 1).clamp(min=0)
                 decoder(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos,
-                        cache=cache, use_cache=True)
+                        **cache_kw(decoder, cache), use_cache=True)
                 t0 = time.perf_counter()
-                out = model.generate(input_ids=ids, attention_mask=mask, cache=cache,
-                                     generation_config=config)
+                out = model.generate(input_ids=ids, attention_mask=mask,
+                                     **cache_kw(model, cache), generation_config=config)
                 seconds += time.perf_counter() - t0
             tokens += (out.sequences.shape[1] - width) * len(part)
     finally:

@@ -53,6 +53,69 @@ def test_chunked_stats_are_chunk_independent(scorer, monkeypatch):
     assert torch.allclose(a.logprobs, b.logprobs, atol=1e-5)
 
 
+def test_the_kv_cache_goes_under_the_keyword_the_model_takes(scorer, monkeypatch):
+    """transformers renamed `past_key_values` to `cache` in 5.24; a model that takes only
+    **kwargs would drop the other name silently and keep no cache."""
+    import inspect
+
+    import transformers
+    from transformers import DynamicCache
+
+    from cotcredit.lm.head import cache_arg, decoder_of
+
+    decoder = decoder_of(scorer.model)
+    marker = object()
+    name = "cache" if "cache" in inspect.signature(type(decoder).forward).parameters \
+        else "past_key_values"
+    assert cache_arg(decoder, marker) == {name: marker}
+
+    class Old(torch.nn.Module):  # a decoder with the name of transformers < 5.24
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None, **kwargs):
+            return self.inner(input_ids=input_ids, **cache_arg(self.inner, past_key_values),
+                              use_cache=use_cache, **kwargs)
+
+    old = Old(decoder)
+    assert cache_arg(old, marker) == {"past_key_values": marker}
+    cache = DynamicCache()
+    ids = scorer.encode(TRACE).ids
+    old(input_ids=torch.tensor([ids]), **cache_arg(old, cache), use_cache=True)
+    assert cache.get_seq_length() == len(ids)  # the pass filled the cache it was handed
+
+    def kwargs_only():
+        class Anything(torch.nn.Module):
+            def forward(self, **kwargs):
+                return kwargs
+
+        return Anything()
+
+    monkeypatch.setattr(transformers, "__version__", "5.17.0")
+    assert cache_arg(kwargs_only(), marker) == {"past_key_values": marker}
+    monkeypatch.setattr(transformers, "__version__", "5.24.0")
+    assert cache_arg(kwargs_only(), marker) == {"cache": marker}
+
+
+def test_the_head_stays_float32_inside_a_bfloat16_autocast(scorer):
+    """A trainer's bfloat16 autocast (TRL on a GPU) must neither round the float32 head nor
+    fail the head check on a float32 model."""
+    from cotcredit.lm.head import check_head, decoder_of, head_logits
+
+    model, decoder = scorer.model, decoder_of(scorer.model)
+    ids = scorer.encode(TRACE).ids
+    with torch.no_grad():
+        hidden = decoder(input_ids=torch.tensor([ids])).last_hidden_state[0]
+        plain = head_logits(model, hidden)
+        model.__dict__.pop("_cotcredit_head_ok", None)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            inside = head_logits(model, hidden)
+            check_head(model, decoder, ids)
+    assert model.__dict__["_cotcredit_head_ok"] is True
+    assert inside.dtype == torch.float32 and torch.equal(inside, plain)
+
+
 @pytest.mark.parametrize("budget", [1024, 20])
 def test_packed_probes_equal_naive(scorer, budget):
     enc = scorer.encode(TRACE)

@@ -19,6 +19,39 @@ from cotcredit.errors import UserError
 LOGIT_CHUNK = 512  # positions per lm_head call: 512 x 49k vocab x 4 B = 100 MB
 
 
+def cache_arg(module, cache) -> dict:
+    """The keyword argument that hands `cache` (a transformers KV cache) to `module`'s forward
+    or `generate`: ``cache`` since transformers 5.24, ``past_key_values`` before. A model
+    whose forward takes only ``**kwargs`` would silently drop the wrong one (no KV cache kept,
+    every probe scored against nothing), so the name is read off its signature."""
+    return {_cache_keyword(type(module)): cache}
+
+
+_CACHE_KEYWORDS: dict[type, str] = {}
+
+
+def _cache_keyword(cls: type) -> str:
+    if cls not in _CACHE_KEYWORDS:
+        import inspect
+
+        try:
+            params = inspect.signature(cls.forward).parameters
+        except (TypeError, ValueError, AttributeError):
+            params = {}
+        if "cache" in params:
+            name = "cache"
+        elif "past_key_values" in params:
+            name = "past_key_values"
+        else:  # **kwargs only: the installed transformers' name
+            import transformers
+            from packaging.version import Version
+
+            new = Version(transformers.__version__) >= Version("5.24.0.dev0")
+            name = "cache" if new else "past_key_values"
+        _CACHE_KEYWORDS[cls] = name
+    return _CACHE_KEYWORDS[cls]
+
+
 def decoder_of(model):
     """The model's decoder stack (hidden states without the head)."""
     get = getattr(model, "get_decoder", None)
@@ -44,7 +77,9 @@ def head_weights(model) -> tuple[torch.Tensor, torch.Tensor | None]:
 def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
     """float32 logits for hidden states (..., hidden), with the family's output processing."""
     w, b = head_weights(model)
-    logits = torch.nn.functional.linear(hidden.float(), w, b)
+    # float32 also inside a trainer's bfloat16 autocast, which would round the head's matmul.
+    with torch.autocast(hidden.device.type, enabled=False):
+        logits = torch.nn.functional.linear(hidden.float(), w, b)
     cfg = model.config.get_text_config()
     scaling = getattr(cfg, "logits_scaling", None)  # Granite
     if scaling:
@@ -75,8 +110,12 @@ def check_head(model, decoder, ids: Sequence[int]) -> None:
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     x = torch.tensor([list(ids)], device=device)
-    own = torch.log_softmax(model(input_ids=x).logits[0].float(), dim=-1)
-    ours = log_probs(model, decoder(input_ids=x).last_hidden_state[0])
+    # Outside any autocast (a trainer's bfloat16 one): the check is about the family's output
+    # processing, compared at the weights' own precision.
+    with torch.autocast(device.type, enabled=False):
+        # The class's forward: accelerate replaces a prepared model's own with an autocast one.
+        own = torch.log_softmax(type(model).forward(model, input_ids=x).logits[0].float(), dim=-1)
+        ours = log_probs(model, decoder(input_ids=x).last_hidden_state[0])
     # float32: rounding only; bfloat16/float16: the model's own head runs in that dtype.
     tol = 1e-3 if dtype == torch.float32 else 0.25
     top = own.topk(min(50, own.shape[-1]), dim=-1).indices

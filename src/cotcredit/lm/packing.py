@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from cotcredit.lm.backoff import BatchSize, first_line, run_batched
+from cotcredit.lm.head import cache_arg
 from cotcredit.lm.passes import Continuation, ContinuationScore, TracePass, continuation_scores
 
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -265,7 +266,7 @@ def score_group(
             input_ids=torch.tensor([tokens], device=packed.device),
             position_ids=torch.tensor([positions], device=packed.device),
             attention_mask=mask,
-            cache=base.cache,
+            **cache_arg(packed.decoder, base.cache),
             use_cache=True,
         )
     base.cache.crop(-len(tokens))  # remove the probe tokens again
@@ -329,7 +330,7 @@ def score_continuation_batch(
                     input_ids=torch.tensor(tokens, device=dev),
                     position_ids=torch.tensor(positions, device=dev),
                     attention_mask=mask,
-                    cache=cache,
+                    **cache_arg(packed.decoder, cache),
                     use_cache=True,
                 )
         finally:

@@ -211,7 +211,7 @@ class HFGenerator:
         import torch
         from transformers import DynamicCache
 
-        from cotcredit.lm.head import decoder_of
+        from cotcredit.lm.head import cache_arg, decoder_of
 
         body = prompt[:-1]
         if not body:
@@ -221,7 +221,8 @@ class HFGenerator:
             return [(k[:, : len(body)], v[:, : len(body)]) for k, v in kv]
         cache = DynamicCache()  # full-attention layers throughout: SlotCache's layout
         ids = torch.tensor([body], dtype=torch.long, device=self.device)
-        decoder_of(self.model)(input_ids=ids, cache=cache, use_cache=True)
+        decoder = decoder_of(self.model)
+        decoder(input_ids=ids, **cache_arg(decoder, cache), use_cache=True)
         self.stats.prompt_tokens += len(body)
         longest[:] = [body, [(layer.keys[0], layer.values[0]) for layer in cache.layers]]
         return longest[1]
@@ -231,6 +232,7 @@ class HFGenerator:
         soon as one is free and leaves it the step it ends; finished rows go to `done`."""
         import torch
 
+        from cotcredit.lm.head import cache_arg
         from cotcredit.lm.slots import SPARE_COLUMNS, SlotCache
 
         greedy = options.temperature == 0
@@ -284,7 +286,8 @@ class HFGenerator:
                     active = [s for s in range(batch.slots) if row[s] is not None]
                 cache, mask = batch.forward_inputs()
                 out = self.model(input_ids=feed[:, None], attention_mask=mask,
-                                 position_ids=pos[:, None], cache=cache, use_cache=True,
+                                 position_ids=pos[:, None], **cache_arg(self.model, cache),
+                                 use_cache=True,
                                  logits_to_keep=1)
                 batch.advance()
                 logits = out.logits[active, -1, :]

@@ -28,7 +28,7 @@ from cotcredit.lm.encoding import (
     encode_trace,
     rendered_by_template,
 )
-from cotcredit.lm.head import check_head, decoder_of, head_logits
+from cotcredit.lm.head import cache_arg, check_head, decoder_of, head_logits
 from cotcredit.lm.loading import (
     ModelOptions,
     load_model_files,
@@ -229,7 +229,8 @@ class Scorer:
         t0 = time.perf_counter()
         x = torch.tensor([list(ids)], device=self.device)
         cache = DynamicCache() if keep_cache else None
-        out = self._decoder()(input_ids=x, cache=cache, use_cache=keep_cache)
+        decoder = self._decoder()
+        out = decoder(input_ids=x, **cache_arg(decoder, cache), use_cache=keep_cache)
         self.forward_tokens += x.shape[1]
         logprobs, entropies = token_stats(self.model, out.last_hidden_state[0], x[0], stats_from)
         # The cache object is filled in place by the forward pass.
@@ -249,7 +250,9 @@ class Scorer:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         x, att = self._right_padded(seqs, pad)
         cache = DynamicCache()
-        out = self._decoder()(input_ids=x, attention_mask=att, cache=cache, use_cache=True)
+        decoder = self._decoder()
+        out = decoder(input_ids=x, attention_mask=att, **cache_arg(decoder, cache),
+                      use_cache=True)
         self.forward_tokens += sum(len(q) for q in seqs)
         passes = []
         for j, q in enumerate(seqs):
