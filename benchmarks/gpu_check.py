@@ -1,6 +1,6 @@
 """GPU readiness check: cotcredit measured at real model sizes in one short, time-boxed run.
 
-    python benchmarks/gpu_check.py --json gpu_check.json                # CUDA, real shapes, ~5 min
+    python benchmarks/gpu_check.py --json gpu_check.json                # CUDA, real shapes, ~6 min
     python benchmarks/gpu_check.py --device cpu --small --json out.json # CPU, tiny shapes (CI)
     python benchmarks/gpu_check.py --parts agreement,speed --budget 200
 
@@ -15,25 +15,34 @@ Parts (`--parts`, in this order; each has a deadline, the run a global one `--bu
 past its deadline is stopped, recorded as "skipped: time" with what it finished, and the next
 part runs):
 
-- agreement: RREDCoT's R̂ and v̂ and leave-one-out coalition values scored with packed probes on
-  the trace's KV cache vs one plain forward of the model per probe (the reference), in float32
-  and bfloat16 from the same weights; bfloat16 is also compared with the float32 reference.
-- speed: `redistribute` (R̂, and R̂ + v̂) vs one plain forward of the model (`model(input_ids)`,
-  logits at every position) at 1k, 8k and 32k tokens with K = 16 and 64 segments; naive
-  (one forward per probe; timed on a sample of probes and scaled to all of them) vs packed;
-  peak GPU memory of each measurement.
-- generation: batched transformers `generate` throughput for Monte Carlo rollouts
-  (completions/s and tokens/s at a few batch sizes).
-- train: one GRPO step in each advantage mode (grpo, rredcot) on the small shape (needs trl
-  and datasets; skipped with a note when they are missing).
+- agreement: RREDCoT's R̂ and v̂ (one reference, and four: v̂'s mixture over several valid
+  paths) and leave-one-out coalition values scored with packed probes on the trace's KV cache vs
+  one plain forward of the model per probe (the reference), in float32 and bfloat16 from the
+  same weights; bfloat16 is also compared with the float32 reference.
+- speed: `redistribute` (R̂; R̂ + v̂; R̂ + v̂ over four references) vs one plain forward of the
+  model (`model(input_ids)`, logits at every position) at 1k, 8k and 32k tokens with K = 16 and
+  64 segments; naive (one forward per probe; timed on a sample of probes and scaled to all of
+  them) vs packed; peak GPU memory of each measurement.
+- generation: batched transformers `generate` throughput for rollouts (completions/s and
+  tokens/s at a few batch sizes).
+- mc: Monte Carlo rollouts as `mc-baseline` samples them vs plain batched `generate` on the same
+  rows (benchmarks/bench_rollouts.py's two sides), tokens/s; whether a rollout's samples stay the
+  same across repeats and at half the batch size.
+- bench: `cotcredit bench` at its quick size on the regimes with shipped checkpoints (unique,
+  multipath, forecast, long), traces sampled on the device: seconds per regime and per method
+  (needs math-verify and pydantic; skipped with a note when missing).
+- train: one GRPO step in each advantage mode (grpo, rredcot) on a random model of the small
+  real shape, then one `cotcredit.train` step per credit source (grpo, oracle, mc, rredcot,
+  shuffled) and advantage form (reweight, segment-rewards) on the `unique` checkpoint (needs
+  trl and datasets; skipped with a note when they are missing).
 
 Prints one table and writes every figure as JSON (`--json`) with the device name, torch and
 transformers versions and the date. Exit status 1 when an agreement check fails or a part
 raises; timeouts and skips are not failures.
 
 Travels light: only the standard library, torch, transformers, tokenizers and cotcredit are
-imported at the top (cotcredit itself needs numpy, pandas, pyarrow, pyyaml); rich, trl and
-datasets are imported inside the part that uses them.
+imported at the top (cotcredit itself needs numpy, pandas, pyarrow, pyyaml); rich, trl,
+datasets, math-verify and pydantic are imported inside the parts that use them.
 """
 
 from __future__ import annotations
@@ -83,9 +92,10 @@ from cotcredit.methods.attribution import ValueFunction  # noqa: E402
 from cotcredit.methods.base import TraceContext  # noqa: E402
 from cotcredit.segmentation import SegmentOptions, segment_encoded  # noqa: E402
 
-PARTS = ("agreement", "speed", "generation", "train")
+PARTS = ("agreement", "speed", "generation", "mc", "bench", "train")
 # Share of the remaining global budget each part gets; time a part leaves unused flows on.
-SHARES = {"agreement": 0.2, "speed": 0.45, "generation": 0.15, "train": 0.2}
+SHARES = {"agreement": 0.14, "speed": 0.3, "generation": 0.06, "mc": 0.12, "bench": 0.18,
+          "train": 0.2}
 GIB = 1 << 30
 GRACE_S = 5.0  # a part still running this long after its deadline is interrupted
 
@@ -163,6 +173,13 @@ class Plan:
     generation_batches: tuple[int, ...]
     generation_new_tokens: int
     generation_samples: int  # completions per prompt (MC rollouts from one boundary)
+    mc_models: tuple[str, ...]
+    mc_tokens: int  # trace length of the Monte Carlo part
+    mc_segments: int
+    mc_rollouts: int  # per boundary
+    mc_new_tokens: int
+    bench_regimes: tuple[str, ...]
+    bench_size: str | tuple[int, int, int]  # a named size, or (problems, samples, rollouts)
     train_model: str
     train_completion: int
     train_generations: int
@@ -182,11 +199,18 @@ REAL_PLAN = Plan(
     generation_batches=(8, 32, 128),
     generation_new_tokens=128,
     generation_samples=4,
+    mc_models=("smollm2-135m", "qwen2.5-1.5b", "qwen2.5-7b"),
+    mc_tokens=1024,  # the demo's work per trace: 8 rollouts from 9 boundaries, 64 new tokens
+    mc_segments=8,
+    mc_rollouts=8,
+    mc_new_tokens=64,
+    bench_regimes=("unique", "multipath", "forecast", "long"),
+    bench_size="quick",
     train_model="smollm2-135m",
     train_completion=64,
     train_generations=4,
     train_batch=8,
-    budget=300.0,
+    budget=330.0,
 )
 SMALL_PLAN = Plan(
     agreement_models=("llama-tiny", "qwen2-tiny", "gemma3-tiny"),
@@ -200,6 +224,13 @@ SMALL_PLAN = Plan(
     generation_batches=(2, 8),
     generation_new_tokens=16,
     generation_samples=2,
+    mc_models=("llama-tiny",),
+    mc_tokens=160,
+    mc_segments=4,
+    mc_rollouts=2,
+    mc_new_tokens=8,
+    bench_regimes=("unique",),
+    bench_size=(2, 1, 2),
     train_model="llama-tiny",
     train_completion=16,
     train_generations=2,
@@ -216,7 +247,7 @@ def only_models(plan: Plan, keep: list[str]) -> Plan:
 
     return dataclasses.replace(
         plan, agreement_models=pick(plan.agreement_models), speed_models=pick(plan.speed_models),
-        generation_models=pick(plan.generation_models),
+        generation_models=pick(plan.generation_models), mc_models=pick(plan.mc_models),
         train_model=plan.train_model if plan.train_model in keep else keep[0],
     )
 
@@ -301,6 +332,15 @@ LINES = [
     "Actually, let me verify once more by adding item by item: step {i} gives {v}.",
     "Alternatively, 4 * 3 + 5 * 2 = 22, which matches.",
 ]
+# Other valid paths to the answer: v̂ over several references (`rredcot_paths`).
+OTHER_SOLUTIONS = [
+    "5 oranges cost 5 * 2 = 10 dollars.\n4 apples cost 4 * 3 = 12 dollars.\n"
+    "Together they cost 10 + 12 = 22 dollars.",
+    "An apple and an orange cost 3 + 2 = 5 dollars.\nFour such pairs cost 4 * 5 = 20 dollars.\n"
+    "One more orange makes 20 + 2 = 22 dollars.",
+    "4 * 3 + 5 * 2 = 12 + 10 = 22.",
+]
+REFERENCES = [SOLUTION, *OTHER_SOLUTIONS]
 
 
 def build_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
@@ -497,6 +537,9 @@ def probe_values(scorer: Scorer, enc, seg) -> dict:
     ctx = TraceContext(scorer, enc, fwd, seg)
     packed = rredcot.estimate(ctx, rhat_options("both", "packed"))
     naive = rredcot.estimate(ctx, rhat_options("both", "naive"))
+    # v̂ over the four references (the default mixture: the probability of any of the paths).
+    packed_m = rredcot.estimate(ctx, rhat_options("both", "packed"), references=REFERENCES)
+    naive_m = rredcot.estimate(ctx, rhat_options("both", "naive"), references=REFERENCES)
     vf = ValueFunction(ctx)
     K = vf.K
     masks = [[True] * K] + [[j != k for j in range(K)] for k in range(K)]
@@ -512,28 +555,44 @@ def probe_values(scorer: Scorer, enc, seg) -> dict:
     a0, a1 = r_probe.span("answer")
     u0, u1 = v_probe.span("solution")
     y0, y1 = v_probe.span("answer")
+
+    def v_tokens(solution: str) -> int:
+        probe = forcing.solution_probe("\n", solution, ANSWER)
+        (s0, s1), (e0, e1) = probe.span("solution"), probe.span("answer")
+        return (s1 - s0) + (e1 - e0) + term
+
     return {
-        "packed": {"rhat": packed.r_hat, "vhat": packed.v_hat, "loo": loo_packed},
-        "naive": {"rhat": naive.r_hat, "vhat": naive.v_hat, "loo": loo_naive},
+        "packed": {"rhat": packed.r_hat, "vhat": packed.v_hat, "loo": loo_packed,
+                   "vhat_multi": packed_m.v_hat},
+        "naive": {"rhat": naive.r_hat, "vhat": naive.v_hat, "loo": loo_naive,
+                  "vhat_multi": naive_m.v_hat},
         "scored_tokens": {"rhat": a1 - a0 + term, "vhat": (u1 - u0) + (y1 - y0) + term,
-                          "loo": a1 - a0 + term},
+                          "loo": a1 - a0 + term,
+                          # a mixture's error is at most its worst path's
+                          "vhat_multi": max(v_tokens(r) for r in REFERENCES)},
     }
 
 
 def max_diff(a: list[float], b: list[float]) -> float:
-    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+    """The largest |a_i - b_i|; equal infinities (a state with no path left) differ by 0."""
+    return max(0.0 if x == y else abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+QUANTITIES = ("rhat", "vhat", "vhat_multi", "loo")
 
 
 def agreement_rows(name: str, vals32: dict, vals16: dict | None, tokens: int, K: int) -> list:
     rows = []
     n_tok = vals32["scored_tokens"]
-    for kind in ("rhat", "vhat", "loo"):
+    for kind in QUANTITIES:
         ref = vals32["naive"][kind]
         d32 = max_diff(vals32["packed"][kind], ref)
         row = {
             "model": name, "quantity": kind, "tokens": tokens, "segments": K,
             "values": len(ref), "scored_tokens": n_tok[kind],
-            "spread": max(ref) - min(ref),  # how much the values differ between probes
+            # how much the values differ between probes (finite ones)
+            "spread": max(finite) - min(finite) if (finite := [v for v in ref
+                                                             if math.isfinite(v)]) else 0.0,
             "fp32_packed_vs_naive": d32, "fp32_tolerance": TOL_FP32, "fp32_ok": d32 <= TOL_FP32,
         }
         if vals16 is not None:
@@ -570,7 +629,8 @@ def part_agreement(ctx: RunContext, deadline: Deadline, result: dict) -> None:
         model32 = build_model(shape, ctx.device, torch.float32)
         s32 = Scorer(model32, tok, name=name)
         trace = trace_for(s32, tokens)
-        reserve = rredcot.reserve(s32, trace, rhat_options("both"))
+        reserve = max(rredcot.reserve(s32, trace, rhat_options("both")),
+                      rredcot.reserve(s32, trace, rhat_options("both"), references=REFERENCES))
         enc = s32.encode(trace, reserve=reserve)
         fwd = s32.forward(enc.ids, keep_cache=False, stats_from=enc.prompt_len)
         # One segmentation for both dtypes: the probes sit at the same boundaries.
@@ -597,8 +657,13 @@ def part_agreement(ctx: RunContext, deadline: Deadline, result: dict) -> None:
 
 # ---- part: speed ------------------------------------------------------------------------------
 def redistribute_once(scorer: Scorer, trace: Trace, K: int, value: str) -> dict:
-    """What `cotcredit redistribute` does for one trace after loading, timed by step."""
+    """What `cotcredit redistribute` does for one trace after loading, timed by step. `value`:
+    rhat, both (R̂ + v̂), or multi (R̂ + v̂ over the trace's solution and OTHER_SOLUTIONS, listed
+    in its `solutions` field as a user's file lists them)."""
     dev = scorer.device
+    if value == "multi":
+        trace = dataclasses.replace(trace, extra={**trace.extra, "solutions": OTHER_SOLUTIONS})
+        value = "both"
     t0 = time.perf_counter()
     enc = scorer.encode(trace, reserve=rredcot.reserve(scorer, trace, rhat_options(value)))
     fwd = scorer.forward(enc.ids, keep_cache=True, stats_from=enc.prompt_len)
@@ -645,7 +710,9 @@ def part_speed(ctx: RunContext, deadline: Deadline, result: dict) -> None:
     result["notes"].append(
         f"dtype {str(dtype).replace('torch.', '')}; plain forward = model(input_ids) with logits "
         "at every position; redistribute = encode + forward with KV cache and entropies + "
-        "segmentation + all probes + rows; naive = the same with one plain forward per R̂ probe "
+        "segmentation + all probes + rows; multi = R̂ + v̂ over 4 references (the trace's "
+        "solution and 3 listed in its 'solutions' field); naive = the same with one plain "
+        "forward per R̂ probe "
         "(timed on evenly spread probes beyond the shortest traces, scaled to all); peak = "
         "weights + the most memory allocated above them during the measurement"
     )
@@ -677,7 +744,7 @@ def speed_rows(ctx: RunContext, scorer: Scorer, n_tokens: int, segment_counts, d
 
     if not scorer.__dict__.get("_gpu_check_warm"):  # kernels, allocator, terminator ids
         warm = trace_for(scorer, plan.speed_runs[0][0])
-        redistribute_once(scorer, warm, segment_counts[0], "both")
+        redistribute_once(scorer, warm, segment_counts[0], "multi")
         model(input_ids=torch.tensor([scorer.encode(warm).ids], device=dev))
         scorer.__dict__["_gpu_check_warm"] = True
     t_plain = timed(plain, dev, deadline)
@@ -686,7 +753,7 @@ def speed_rows(ctx: RunContext, scorer: Scorer, n_tokens: int, segment_counts, d
         row = {"model": scorer.name, "tokens": int(x.shape[1]), "segments_asked": K,
                "weights_gib": weights, "plain_s": t_plain["seconds"],
                "plain_peak_gib": peak(weights, t_plain)}
-        for value in ("rhat", "both"):
+        for value in ("rhat", "both", "multi"):
             steps: dict = {}
 
             def once(value=value, steps=steps, K=K):
@@ -759,6 +826,136 @@ def part_generation(ctx: RunContext, deadline: Deadline, result: dict) -> None:
             ctx.checkpoint()
         del scorer, generator
     ctx.release()
+
+
+# ---- part: mc -------------------------------------------------------------------------------
+def bench_rollouts():
+    """benchmarks/bench_rollouts.py (its plain `generate` and timed Monte Carlo calls)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent / "bench_rollouts.py"
+    spec = importlib.util.spec_from_file_location("gpu_check_bench_rollouts", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def mc_calls(scorer: Scorer, trace: Trace, segments: int, rollouts: int, new_tokens: int,
+             batch_size: int | None = None) -> list:
+    """The generator call `mc-baseline` makes for one trace: `rollouts` samples from every
+    boundary, keyed as `methods.mc.sample_rollouts` keys them."""
+    from cotcredit.methods.mc import McOptions
+
+    enc = scorer.encode(trace)
+    fwd = scorer.forward(enc.ids, keep_cache=False, stats_from=enc.prompt_len)
+    seg = segment_encoded(enc, fwd.entropies, SegmentOptions(segments=segments))
+    options = McOptions(rollouts=rollouts, max_new_tokens=new_tokens, batch_size=batch_size)
+    prompts = [enc.prefix(b) for b in seg.boundaries]
+    keys = [f"{trace.id}@{b}" for b in seg.boundaries]
+    return [(prompts, options.sampling(rollouts), keys)]
+
+
+def part_mc(ctx: RunContext, deadline: Deadline, result: dict) -> None:
+    """Monte Carlo rollouts as `mc-baseline` samples them (prefill, per-row random streams,
+    stopping, slot batching) vs transformers `generate` decoding the same rows in batches of the
+    same size from a prefilled KV cache (benchmarks/bench_rollouts.py, on a random model of a
+    real shape: rows run to the token limit on both sides). Two repeats, alternating; then the
+    same rows in batches of half the size, to see whether a row's samples depend on its batch."""
+    rollouts = bench_rollouts()
+    plan = ctx.plan
+    dtype = resolve_dtype("auto", ctx.device)
+    result["notes"].append(
+        f"dtype {str(dtype).replace('torch.', '')}; {plan.mc_rollouts} rollouts from each of "
+        f"{plan.mc_segments + 1} boundaries of a {plan.mc_tokens}-token trace, "
+        f"{plan.mc_new_tokens} new tokens; plain = transformers generate on the same rows, "
+        "prefill untimed")
+    for name in plan.mc_models:
+        deadline.check()
+        scorer = ctx.scorer(name, dtype)
+        weights = gib_of(scorer.model)
+        generator = get_generator(scorer, "hf")
+        trace = trace_for(scorer, plan.mc_tokens)
+        calls = mc_calls(scorer, trace, plan.mc_segments, plan.mc_rollouts, plan.mc_new_tokens)
+        prompts = calls[0][0]
+        rows = len(prompts) * plan.mc_rollouts
+        batch = min(rows, generator.auto_batch_size(max(len(p) for p in prompts)
+                                                    + plan.mc_new_tokens))
+        generator.generate([prompts[-1]], SamplingOptions(n=1, max_new_tokens=4, batch_size=1))
+        mc_tps, plain_tps, first, identical = [], [], None, True
+        m: dict = {}
+        for _ in range(2):
+            deadline.check()
+            with measure(ctx.device, m):
+                mc_s, mc_tok, samples = rollouts.mc_generate(generator, calls)
+            pl_s, pl_tok = rollouts.plain_generate(scorer, prompts, plan.mc_rollouts, batch,
+                                                   plan.mc_new_tokens, 1.0, 1.0)
+            first = samples if first is None else first
+            identical &= samples == first
+            mc_tps.append(mc_tok / mc_s)
+            plain_tps.append(pl_tok / pl_s)
+        deadline.check()
+        half = mc_calls(scorer, trace, plan.mc_segments, plan.mc_rollouts, plan.mc_new_tokens,
+                        batch_size=max(1, batch // 2))
+        _, _, halved = rollouts.mc_generate(generator, half)
+        same = [a == b for x, y in zip(first[0], halved[0], strict=True)
+                for a, b in zip(x, y, strict=True)]
+        result["rows"].append({
+            "model": name, "rows": rows, "batch": batch, "prompt_tokens": len(prompts[-1]),
+            "max_new_tokens": plan.mc_new_tokens,
+            "mc_tokens_per_row": sum(len(t) for cs in first[0] for t in cs) / rows,
+            "mc_tokens_per_s": statistics.median(mc_tps),
+            "plain_tokens_per_s": statistics.median(plain_tps),
+            "plain_over_mc": statistics.median(p / q for p, q in zip(plain_tps, mc_tps,
+                                                                    strict=True)),
+            "mc_rollouts_per_s": statistics.median(rows * t / mc_tok for t in mc_tps),
+            "mc_identical_across_repeats": identical,
+            "same_at_half_batch": sum(same) / len(same),
+            "mc_peak_gib": peak(weights, m),
+        })
+        ctx.checkpoint()
+    ctx.release()
+
+
+# ---- part: bench ------------------------------------------------------------------------------
+def part_bench(ctx: RunContext, deadline: Deadline, result: dict) -> None:
+    """`cotcredit bench` at the plan's size on the regimes with shipped checkpoints (hops needs
+    the embedded model, which is not carried), one regime at a time, traces sampled on the
+    device into a fresh cache; reports (figures) off. Wall seconds per regime and its headline
+    figures from the leaderboard."""
+    try:
+        import math_verify  # noqa: F401  (grading)
+        import pydantic  # noqa: F401  (the bench's variant options)
+    except ImportError as e:
+        result["status"] = f"skipped: {e.name} is not installed"
+        result["notes"].append("needs math-verify and pydantic: carry their wheels (README)")
+        return
+    from cotcredit.bench.run import run_bench
+    from cotcredit.bench.sizes import BenchSize
+
+    ctx.release()
+    plan = ctx.plan
+    size = plan.bench_size
+    if not isinstance(size, str):
+        problems, samples, n = size
+        size = BenchSize(problems=problems, samples=samples, rollouts=n, n_boot=50, splits=2)
+    with tempfile.TemporaryDirectory(prefix="gpu_check_bench") as tmp:
+        for regime in plan.bench_regimes:
+            deadline.check()
+            lines: list[str] = []
+            m: dict = {}
+            with measure(ctx.device, m):
+                res = run_bench(regime, output=Path(tmp) / regime, size=size,
+                                cache=str(Path(tmp) / "cache"), reports=False, log=lines.append)
+            row = {"regime": regime, "seconds": m["seconds"], "peak_gib": m["extra_gib"],
+                   "failures": res.failures, "log_lines": len(lines), "methods": {}}
+            for r in res.leaderboard.to_dict(orient="records"):
+                row["methods"][r["method"]] = {
+                    k: (None if isinstance(r[k], float) and not math.isfinite(r[k]) else r[k])
+                    for k in ("kind", "loc_top1", "mc_spearman", "seconds", "forward_tokens",
+                              "generated_tokens")}
+            result["rows"].append(row)
+            ctx.checkpoint()
+    result["notes"].append(f"size {plan.bench_size}; methods: the size's default and mc")
 
 
 # ---- part: train ------------------------------------------------------------------------------
@@ -846,6 +1043,69 @@ def part_train(ctx: RunContext, deadline: Deadline, result: dict) -> None:
         ctx.checkpoint()
     result["notes"].append(f"trl {trl.__version__}; reward = share of even token ids (random "
                            "completions are never correct)")
+    train_sources(ctx, deadline, result)
+
+
+# Every credit source and advantage form through `cotcredit.train`, one step each, on the
+# `unique` regime's shipped checkpoint and problems (tests/test_train_credit.py's config).
+def source_config(model: str, advantage: str, form: str) -> dict:
+    """A one-step `cotcredit train` config of a credit source and advantage form."""
+    return {
+        "model": model, "train_file": "train.jsonl", "output_dir": f"out-{advantage}-{form}",
+        "seed": 3, "advantage": advantage,
+        "credit": {"form": form, "segments": "lines", "shuffled": "oracle"},
+        "oracle": {"regime": "unique"}, "mc": {"rollouts": 4},
+        "rredcot": {"value": "both", "exit_string": "The answer is "},
+        "grpo": {"num_generations": 4, "per_device_train_batch_size": 8,
+                 "max_completion_length": 48, "max_steps": 1, "save_steps": 1,
+                 "learning_rate": 1e-4, "beta": 0.0, "report_to": "none",
+                 "extra": {"disable_tqdm": True}},
+    }
+
+
+SOURCES_AND_FORMS = (("grpo", "reweight"),
+                     *((a, f) for a in ("oracle", "mc", "rredcot", "shuffled")
+                       for f in ("reweight", "segment-rewards")))
+
+
+def train_sources(ctx: RunContext, deadline: Deadline, result: dict) -> None:
+    try:
+        import math_verify  # noqa: F401  (the correctness reward)
+        import pydantic  # noqa: F401  (the config)
+    except ImportError as e:
+        result["notes"].append(f"credit sources skipped: {e.name} is not installed")
+        return
+    import warnings
+
+    import yaml
+
+    from cotcredit.bench.regimes import checkpoint, get_regime
+    from cotcredit.bench.regimes.base import write_problems
+    from cotcredit.training.metrics import read_metrics
+    from cotcredit.training.run import train
+
+    with tempfile.TemporaryDirectory(prefix="gpu_check_sources") as tmp:
+        folder = Path(tmp)
+        write_problems(get_regime("unique").problems("train", 8), folder / "train.jsonl")
+        for advantage, form in SOURCES_AND_FORMS:
+            deadline.check()
+            name = f"{advantage}-{form}"
+            path = folder / f"{name}.yaml"
+            path.write_text(yaml.safe_dump(source_config(str(checkpoint("unique")), advantage,
+                                                         form)))
+            m: dict = {}
+            with warnings.catch_warnings(), measure(ctx.device, m):
+                warnings.simplefilter("ignore")
+                run = train(path, overwrite=True)
+            logged = read_metrics(run.metrics)[-1]
+            result["rows"].append({
+                "model": "unique (shipped)", "mode": advantage, "form": form,
+                "steps": logged.get("step"), "completions": 8, "max_completion_length": 48,
+                "train_s": m["seconds"], "peak_gib": m["extra_gib"],
+                **{k: logged.get(k) for k in ("step_time", "reward", "rredcot/scoring_seconds",
+                                              "rredcot/scored_fraction")},
+            })
+            ctx.checkpoint()
 
 
 # ---- the run ----------------------------------------------------------------------------------
@@ -890,6 +1150,19 @@ def write_json(path: Path, report: dict) -> None:
     os.replace(tmp, path)
 
 
+def installed_versions(names) -> dict[str, str | None]:
+    """Each distribution's version, None where it is not installed (nothing is imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def metadata(device: torch.device, args, plan: Plan) -> dict:
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -902,6 +1175,9 @@ def metadata(device: torch.device, args, plan: Plan) -> dict:
         "tokenizers": tokenizers.__version__,
         "cotcredit": cotcredit.__version__,
         "python": platform.python_version(),
+        # the training and bench stack, where installed (carried as wheels on a GPU machine)
+        "packages": installed_versions(("trl", "datasets", "accelerate", "pydantic",
+                                        "math-verify", "pyarrow")),
         "threads": torch.get_num_threads(),
         "small": bool(args.small),
         "budget_s": args.budget,
@@ -922,7 +1198,7 @@ def metadata(device: torch.device, args, plan: Plan) -> dict:
 
 
 RUNNERS = {"agreement": part_agreement, "speed": part_speed, "generation": part_generation,
-           "train": part_train}
+           "mc": part_mc, "bench": part_bench, "train": part_train}
 
 
 def run_parts(ctx: RunContext, parts: list[str]) -> None:
@@ -997,7 +1273,8 @@ def table_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
             elif part == "speed":
                 setting = f"{r['tokens']} tok, K={r['segments']}"
                 figs = (f"plain {fmt(r['plain_s'])} s; R̂ {fmt(r['rhat_x_plain'])}x, "
-                        f"R̂+v̂ {fmt(r['both_x_plain'])}x plain; naive R̂ "
+                        f"R̂+v̂ {fmt(r['both_x_plain'])}x, 4 refs "
+                        f"{fmt(r.get('multi_x_plain'))}x plain; naive R̂ "
                         f"{fmt(r['naive_x_packed'])}x slower; segmentation "
                         f"{fmt(r['rhat_segment_s'])} s; peak plain {gib(r['plain_peak_gib'])}, "
                         f"R̂+v̂ {gib(r['both_peak_gib'])}")
@@ -1007,8 +1284,30 @@ def table_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
                 figs = (f"{fmt(r['completions_per_s'])} completions/s, "
                         f"{fmt(r['tokens_per_s'])} tokens/s; peak {gib(r['peak_gib'])}")
                 out.append((part, r["model"], setting, figs, status))
+            elif part == "mc":
+                setting = (f"{r['rows']} rollouts, batch {r['batch']}, "
+                           f"{r['prompt_tokens']}+{r['max_new_tokens']} tok")
+                figs = (f"mc {fmt(r['mc_tokens_per_s'])} tokens/s "
+                        f"({fmt(r['mc_rollouts_per_s'])} rollouts/s), plain generate "
+                        f"{fmt(r['plain_tokens_per_s'])}: plain/mc {fmt(r['plain_over_mc'])}; "
+                        f"same across repeats {'yes' if r['mc_identical_across_repeats'] else 'NO'}"
+                        f", same at half batch {fmt(r['same_at_half_batch'])}; "
+                        f"peak {gib(r['mc_peak_gib'])}")
+                out.append((part, r["model"], setting, figs, status))
+            elif part == "bench":
+                per = "; ".join(
+                    f"{k} {fmt(v['seconds'])} s/trace" + (f" loc {fmt(v['loc_top1'], 2)}"
+                                                    if v.get("loc_top1") is not None else "")
+                    for k, v in r["methods"].items() if v.get("seconds") is not None)
+                figs = (f"{fmt(r['seconds'])} s in all; {per}"
+                        + (f"; FAILED {r['failures']}" if r["failures"] else ""))
+                out.append((part, r["regime"], "quick" if not meta_small(report) else "small",
+                            figs, status))
             elif part == "train":
                 setting = f"{r['mode']}, {r['completions']} x {r['max_completion_length']} tok"
+                if r.get("form"):
+                    setting = f"{r['mode']} / {r['form']}, {r['completions']} x " \
+                              f"{r['max_completion_length']} tok"
                 figs = (f"step {fmt(r.get('step_time'))} s (train() {fmt(r['train_s'])} s); "
                         f"scoring {fmt(r.get('rredcot/scoring_seconds'))} s; "
                         f"peak {gib(r['peak_gib'])}")
@@ -1016,6 +1315,10 @@ def table_rows(report: dict) -> list[tuple[str, str, str, str, str]]:
         if not res["rows"]:
             out.append((part, "-", "-", "; ".join(res["notes"])[:200] or "-", status))
     return out
+
+
+def meta_small(report: dict) -> bool:
+    return bool(report.get("meta", {}).get("small"))
 
 
 def print_table(report: dict) -> None:
@@ -1083,6 +1386,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--segments", default=None,
                     help="comma list: segment counts K instead of the plan's (the first also for "
                     "agreement)")
+    ap.add_argument("--regimes", default=None,
+                    help="comma list: the bench part's regimes instead of the plan's")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = ap.parse_args(argv)
 
@@ -1110,6 +1415,9 @@ def main(argv: list[str] | None = None) -> int:
         plan = with_sizes(plan, parse_ints(args.tokens), parse_ints(args.segments))
     except ValueError:
         ap.error("--tokens and --segments take comma lists of positive integers")
+    if args.regimes:
+        plan = dataclasses.replace(plan, bench_regimes=tuple(
+            r.strip() for r in args.regimes.split(",") if r.strip()))
     if args.budget is None:
         args.budget = plan.budget
     if device.type == "cuda":

@@ -83,8 +83,10 @@ def test_runs_without_the_optional_packages(blocked_run):
     train = report["parts"]["train"]
     assert train["status"] == "skipped: trl is not installed"
     assert train["rows"] == [] and "wheels" in " ".join(train["notes"])
+    bench = report["parts"]["bench"]
+    assert bench["status"] == "skipped: math_verify is not installed" and bench["rows"] == []
     # Every other part ran to the end.
-    assert [p for p, r in report["parts"].items() if r["status"] != "ok"] == ["train"]
+    assert [p for p, r in report["parts"].items() if r["status"] != "ok"] == ["bench", "train"]
     # The table went to stdout, with one line per figure row.
     for part in gc.PARTS:
         assert part in proc.stdout
@@ -113,7 +115,7 @@ def test_packed_probes_agree_with_naive_scoring(blocked_run):
     rows = part["rows"]
     plan = gc.SMALL_PLAN
     assert {(r["model"], r["quantity"]) for r in rows} == {
-        (m, q) for m in plan.agreement_models for q in ("rhat", "vhat", "loo")
+        (m, q) for m in plan.agreement_models for q in ("rhat", "vhat", "vhat_multi", "loo")
     }
     for r in rows:
         assert r["values"] == r["segments"] + 1 == plan.agreement_segments + 1
@@ -142,12 +144,13 @@ def test_speed_rows_cover_the_plan_with_plausible_figures(blocked_run):
         assert (r["model"], r["segments_asked"]) == (m, k)
         assert n - 40 <= r["tokens"] <= n  # the trace is cut at a line end below the size asked
         assert r["segments"] == k
-        for key in ("plain_s", "rhat_s", "both_s", "naive_rhat_s", "rhat_x_plain",
-                    "both_x_plain", "naive_x_packed", "naive_probes_x_packed"):
+        for key in ("plain_s", "rhat_s", "both_s", "multi_s", "naive_rhat_s", "rhat_x_plain",
+                    "both_x_plain", "multi_x_plain", "naive_x_packed", "naive_probes_x_packed"):
             assert r[key] > 0, key
         assert r["rhat_s"] == pytest.approx(r["rhat_x_plain"] * r["plain_s"])
-        # Hardware-independent costs: v̂ adds probe tokens; naive reruns every prefix.
-        assert r["both_probe_tokens"] > r["rhat_probe_tokens"] > 0
+        # Hardware-independent costs: v̂ adds probe tokens, and more references more of them;
+        # naive reruns every prefix.
+        assert r["multi_probe_tokens"] > r["both_probe_tokens"] > r["rhat_probe_tokens"] > 0
         assert r["naive_probe_tokens"] > 2 * r["rhat_probe_tokens"]
         assert r["plain_peak_gib"] is None  # no accelerator memory on CPU
 
@@ -165,12 +168,51 @@ def test_generation_rows_count_completions_and_tokens(blocked_run):
         assert r["completions_per_s"] > 0
 
 
-def test_training_part_runs_one_step_per_mode(tmp_path):
-    # trl and datasets are dependencies of cotcredit: a broken install fails here, never skips.
-    _, report, _ = run_script(["--parts", "train"], tmp_path)
+def test_mc_rows_compare_rollouts_with_plain_generation(blocked_run):
+    _, report, _ = blocked_run
+    rows = report["parts"]["mc"]["rows"]
+    plan = gc.SMALL_PLAN
+    assert [r["model"] for r in rows] == list(plan.mc_models)
+    for r in rows:
+        assert r["rows"] == (plan.mc_segments + 1) * plan.mc_rollouts
+        assert 1 <= r["batch"] <= r["rows"]
+        assert 0 < r["mc_tokens_per_row"] <= plan.mc_new_tokens
+        assert r["mc_tokens_per_s"] > 0 and r["plain_tokens_per_s"] > 0
+        assert r["plain_over_mc"] == pytest.approx(r["plain_tokens_per_s"] / r["mc_tokens_per_s"],
+                                                   rel=0.5)
+        # Each rollout has its own random stream: the same samples in every repeat and at
+        # half the batch size (float32 on CPU).
+        assert r["mc_identical_across_repeats"] is True and r["same_at_half_batch"] == 1.0
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    # trl, datasets, math-verify are dependencies of cotcredit: a broken install fails here.
+    return run_script(["--parts", "bench,train"], tmp_path_factory.mktemp("gpu_check_full"))
+
+
+def test_bench_part_runs_the_regimes_with_mc_and_baselines(full_run):
+    _, report, _ = full_run
+    part = report["parts"]["bench"]
+    assert part["status"] == "ok", part
+    (row,) = part["rows"]
+    assert row["regime"] == "unique" and row["failures"] == [] and row["seconds"] > 0
+    methods = row["methods"]
+    assert {"mc", "rredcot", "refdiff", "entropy"} <= set(methods)
+    assert methods["mc"]["generated_tokens"] > 0 and methods["rredcot"]["generated_tokens"] == 0
+    assert methods["rredcot"]["seconds"] > 0 and methods["refdiff"]["forward_tokens"] == 0
+
+
+def test_training_part_runs_every_source_and_form(full_run):
+    _, report, _ = full_run
     part = report["parts"]["train"]
     assert part["status"] == "ok", part
-    grpo, rr = part["rows"]
+    grpo, rr, *sources = part["rows"]
+    assert [(r["mode"], r["form"]) for r in sources] == list(gc.SOURCES_AND_FORMS)
+    for r in sources:
+        assert r["steps"] == 1 and r["train_s"] > 0 and r["step_time"] > 0
+        scored = r["rredcot/scored_fraction"]
+        assert scored is None if r["mode"] == "grpo" else 0.0 <= scored <= 1.0
     assert (grpo["mode"], rr["mode"]) == ("grpo", "rredcot")
     for r in (grpo, rr):
         assert r["steps"] == 1 and r["train_s"] > 0 and r["step_time"] > 0
