@@ -249,3 +249,20 @@ def test_rredcot_mode_needs_a_scorer():
         RredcotGRPOTrainer(model="unused", advantage_mode="rredcot")
     with pytest.raises(ValueError, match="advantage_mode"):
         RredcotGRPOTrainer(model="unused", advantage_mode="rudder")
+
+
+def test_policy_scoring_under_bfloat16_mixed_precision(tiny_model_dir, tmp_path):
+    """TRL on a GPU trains in bfloat16 mixed precision, where accelerate wraps the prepared
+    model's forward in an autocast: the policy's RREDCoT scoring must still pass its head check
+    (it once stopped at the first scoring) and score the completions."""
+    from cotcredit.training.scoring import PolicySegmentRewards
+
+    trainer = make_trainer(tiny_model_dir, tmp_path, "rredcot", lambda p, c: None, bf16=True,
+                           max_steps=1)
+    assert trainer.accelerator.mixed_precision == "bf16"
+    trainer.segment_rewards_fn = PolicySegmentRewards(trainer.model, trainer.processing_class,
+                                                      segments=3)
+    train(trainer)
+    ((output, token_advantages),) = trainer.rredcot_steps
+    assert trainer.model.__dict__.get("_cotcredit_head_ok") is True
+    assert trainer.state.log_history[0]["rredcot/scored_fraction"] > 0
