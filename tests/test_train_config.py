@@ -117,6 +117,24 @@ def test_round_trip_to_grpo_config(tmp_path):
     assert (args.top_p, args.warmup_steps) == (0.9, 2)
 
 
+@pytest.mark.parametrize("renamed", [True, False])
+def test_gradient_checkpointing_goes_under_the_name_grpo_config_takes(tmp_path, monkeypatch,
+                                                                      renamed):
+    """transformers 5.24 renamed it activation_checkpointing; before, only the old name is a
+    field (passing the new one failed every run on transformers 5.17)."""
+    from cotcredit.training import config as config_module
+
+    fields = config_module._grpo_config_fields()
+    if not renamed:
+        fields = fields - {"activation_checkpointing"}
+    monkeypatch.setattr(config_module, "_grpo_config_fields", lambda: fields)
+    cfg = load_config(write(tmp_path, MINIMAL + "grpo:\n  gradient_checkpointing: true\n"))
+    kwargs = config_module.grpo_kwargs(cfg)
+    name = "activation_checkpointing" if renamed else "gradient_checkpointing"
+    other = "gradient_checkpointing" if renamed else "activation_checkpointing"
+    assert kwargs[name] is True and other not in kwargs
+
+
 def test_omitted_grpo_options_keep_trl_defaults(tmp_path):
     import trl
 

@@ -536,16 +536,16 @@ def grpo_kwargs(cfg: TrainConfig) -> dict[str, Any]:
     if options.get("bf16") is None:
         options["bf16"] = _bf16_supported()
     options.setdefault("logging_steps", 1)  # metrics.jsonl gets one line per step
-    if (
-        "gradient_checkpointing" in options
-    ):  # transformers 5 renamed it; TRL still reads the old name
+    valid = _grpo_config_fields()
+    # transformers 5.24 renamed it (the old name is a deprecated alias there); before, only the
+    # old name exists.
+    if "gradient_checkpointing" in options and "activation_checkpointing" in valid:
         options["activation_checkpointing"] = options.pop("gradient_checkpointing")
     kwargs: dict[str, Any] = {"output_dir": str(cfg.output_dir), "seed": cfg.seed, **options}
     if not _cuda_available() and "use_cpu" not in cfg.grpo.extra:
         # Without it accelerate forms no process group on CPU: under torchrun/accelerate launch
         # each process would train alone (and write every log line twice).
         kwargs["use_cpu"] = True
-    valid = _grpo_config_fields()
     for key, value in cfg.grpo.extra.items():
         if key not in valid:
             close = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
