@@ -124,9 +124,9 @@ def test_gradient_checkpointing_goes_under_the_name_grpo_config_takes(tmp_path, 
     field (passing the new one failed every run on transformers 5.17)."""
     from cotcredit.training import config as config_module
 
-    fields = config_module._grpo_config_fields()
-    if not renamed:
-        fields = fields - {"activation_checkpointing"}
+    fields = config_module._grpo_config_fields() - {"activation_checkpointing"}
+    if renamed:
+        fields = fields | {"activation_checkpointing"}
     monkeypatch.setattr(config_module, "_grpo_config_fields", lambda: fields)
     cfg = load_config(write(tmp_path, MINIMAL + "grpo:\n  gradient_checkpointing: true\n"))
     kwargs = config_module.grpo_kwargs(cfg)
