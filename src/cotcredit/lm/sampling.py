@@ -88,10 +88,9 @@ def inverse_cdf_tokens(logits: torch.Tensor, rngs: list[random.Random], temperat
     u = torch.tensor([r.random() for r in rngs], dtype=torch.float64, device=cdf.device)
     pick = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)
     pick = pick.clamp_(max=cdf.shape[1] - 1)
-    # Never pick a token of zero probability (possible only at the clamp).
+    # Never pick a token of zero probability (possible only at the clamp); no host sync to ask.
     zero = probs.gather(1, pick) <= 0
-    if bool(zero.any()):
-        pick = torch.where(zero, probs.argmax(dim=-1, keepdim=True), pick)
+    pick = torch.where(zero, probs.argmax(dim=-1, keepdim=True), pick)
     token = order.gather(1, pick) if order is not None else pick
     return token[:, 0].tolist()
 
@@ -250,8 +249,10 @@ class HFGenerator:
         row: list[tuple[int, int] | None] = [None] * slots
         tokens: list[list[int]] = [[] for _ in range(slots)]
         rngs: list[random.Random | None] = [None] * slots
-        feed = torch.full((slots,), self.pad_id, dtype=torch.long, device=self.device)
-        pos = torch.zeros(slots, dtype=torch.long, device=self.device)
+        # Each slot's next input token and its position, kept on the host and sent as one
+        # tensor a step: per-slot writes into device tensors cost a kernel launch each.
+        feed = [self.pad_id] * slots
+        pos = [0] * slots
         with torch.no_grad():
             while True:
                 for s in range(batch.slots):  # free slots take the next rows
@@ -280,17 +281,17 @@ class HFGenerator:
                     if pending:  # room before the frame for the longest prompt still to join
                         keep_from = min(keep_from, batch.hi - (len(prompts[pending[-1][0]]) - 1))
                     batch.compact(keep, keep_from)
-                    row, tokens, rngs = ([x[s] for s in keep] for x in (row, tokens, rngs))
-                    index = torch.tensor(keep, device=self.device)
-                    feed, pos = feed[index], pos[index]
+                    row, tokens, rngs, feed, pos = ([x[s] for s in keep]
+                                                    for x in (row, tokens, rngs, feed, pos))
                     active = [s for s in range(batch.slots) if row[s] is not None]
                 cache, mask = batch.forward_inputs()
-                out = self.model(input_ids=feed[:, None], attention_mask=mask,
-                                 position_ids=pos[:, None], **cache_arg(self.model, cache),
-                                 use_cache=True,
-                                 logits_to_keep=1)
+                step = torch.tensor([feed, pos], dtype=torch.long, device=self.device)
+                out = self.model(input_ids=step[0, :, None], attention_mask=mask,
+                                 position_ids=step[1, :, None], **cache_arg(self.model, cache),
+                                 use_cache=True, logits_to_keep=1)
                 batch.advance()
-                logits = out.logits[active, -1, :]
+                logits = (out.logits[:, -1, :] if len(active) == batch.slots
+                          else out.logits[active, -1, :])
                 picked = (logits.argmax(-1).tolist() if greedy else inverse_cdf_tokens(
                     logits, [rngs[s] for s in active], options.temperature, options.top_p))
                 ended = 0
