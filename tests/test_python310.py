@@ -47,11 +47,17 @@ def venv310() -> Path:
         pytest.skip("no Python 3.10 on this machine (PATH or pyenv)")
     venv = Path(tempfile.gettempdir()) / "cotcredit-py310-venv"
     ready = venv / ".light-dependencies"
-    if not ready.exists():
+    # The environment's own packages only: a PYTHONPATH of the caller's would make pip think
+    # they are installed (and a kept environment made that way is rebuilt).
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    usable = ready.exists() and subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import typer, rich, yaml, tomli"], env=clean,
+        capture_output=True, timeout=120).returncode == 0
+    if not usable:
         shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=300)
+        subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=300, env=clean)
         pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                              *LIGHT], capture_output=True, text=True, timeout=900)
+                              *LIGHT], capture_output=True, text=True, timeout=900, env=clean)
         if pip.returncode != 0:
             pytest.skip(f"no package index for the Python 3.10 environment: {pip.stderr[-300:]}")
         ready.write_text("\n".join(LIGHT))
