@@ -596,6 +596,8 @@ def agreement_rows(name: str, vals32: dict, vals16: dict | None, tokens: int, K:
             "spread": max(finite) - min(finite) if (finite := [v for v in ref
                                                              if math.isfinite(v)]) else 0.0,
             "fp32_packed_vs_naive": d32, "fp32_tolerance": TOL_FP32, "fp32_ok": d32 <= TOL_FP32,
+            # every boundary's value, to see where a disagreement sits
+            "fp32_values": {"packed": list(vals32["packed"][kind]), "naive": list(ref)},
         }
         if vals16 is not None:
             p16, n16 = vals16["packed"][kind], vals16["naive"][kind]
@@ -608,6 +610,7 @@ def agreement_rows(name: str, vals32: dict, vals16: dict | None, tokens: int, K:
                 "bf16_packed_vs_fp32": packed_err,
                 "bf16_tolerance": tol,
                 "bf16_ok": packed_err <= tol,
+                "bf16_values": {"packed": list(p16), "naive": list(n16)},
             })
         rows.append(row)
     return rows

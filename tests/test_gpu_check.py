@@ -119,6 +119,7 @@ def test_packed_probes_agree_with_naive_scoring(blocked_run):
     }
     for r in rows:
         assert r["values"] == r["segments"] + 1 == plan.agreement_segments + 1
+        assert len(r["fp32_values"]["packed"]) == len(r["bf16_values"]["naive"]) == r["values"]
         assert r["fp32_packed_vs_naive"] <= gc.TOL_FP32
         # The check has teeth: values differ between probes far more than packed vs naive.
         assert r["spread"] > 10 * gc.TOL_FP32
