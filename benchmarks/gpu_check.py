@@ -845,8 +845,7 @@ def bench_rollouts():
     return module
 
 
-def mc_calls(scorer: Scorer, trace: Trace, segments: int, rollouts: int, new_tokens: int,
-             batch_size: int | None = None) -> list:
+def mc_calls(scorer: Scorer, trace: Trace, segments: int, rollouts: int, new_tokens: int) -> list:
     """The generator call `mc-baseline` makes for one trace: `rollouts` samples from every
     boundary, keyed as `methods.mc.sample_rollouts` keys them."""
     from cotcredit.methods.mc import McOptions
@@ -854,7 +853,7 @@ def mc_calls(scorer: Scorer, trace: Trace, segments: int, rollouts: int, new_tok
     enc = scorer.encode(trace)
     fwd = scorer.forward(enc.ids, keep_cache=False, stats_from=enc.prompt_len)
     seg = segment_encoded(enc, fwd.entropies, SegmentOptions(segments=segments))
-    options = McOptions(rollouts=rollouts, max_new_tokens=new_tokens, batch_size=batch_size)
+    options = McOptions(rollouts=rollouts, max_new_tokens=new_tokens)
     prompts = [enc.prefix(b) for b in seg.boundaries]
     keys = [f"{trace.id}@{b}" for b in seg.boundaries]
     return [(prompts, options.sampling(rollouts), keys)]
@@ -899,8 +898,8 @@ def part_mc(ctx: RunContext, deadline: Deadline, result: dict) -> None:
             mc_tps.append(mc_tok / mc_s)
             plain_tps.append(pl_tok / pl_s)
         deadline.check()
-        half = mc_calls(scorer, trace, plan.mc_segments, plan.mc_rollouts, plan.mc_new_tokens,
-                        batch_size=max(1, batch // 2))
+        half = [(p, dataclasses.replace(o, batch_size=max(1, batch // 2)), k)
+                for p, o, k in calls]
         _, _, halved = rollouts.mc_generate(generator, half)
         same = [a == b for x, y in zip(first[0], halved[0], strict=True)
                 for a, b in zip(x, y, strict=True)]
