@@ -36,7 +36,8 @@ from cotcredit.bench.organism.train import (
 from studies.organism import HERE as ORGANISM
 
 EARLY = TrainOptions(regime="unique", init_from=checkpoint("unique"), early_fraction=0.5, lr=1e-3,
-                     warmup=10, min_steps=200, max_steps=800, eval_max_new_tokens=60)
+                     warmup=10, min_steps=200, max_steps=800, eval_max_new_tokens=60,
+                     save_dtype="float16")
 
 
 def write_forecast() -> None:

@@ -49,7 +49,7 @@ PREVIOUS = "@previous"  # `init_from` of a later stage: the checkpoint of the st
 RECIPES: dict[str, tuple[TrainOptions, ...]] = {
     # The checkpoint trained before the regimes existed (as `full`); its evaluation samples
     # had at most 60 new tokens.
-    "unique": (TrainOptions(regime="unique", eval_max_new_tokens=60),),
+    "unique": (TrainOptions(regime="unique", eval_max_new_tokens=60, save_dtype="float16"),),
     # Continues from `unique` (same tokenizer, same "a op b = c" lines): from scratch it had
     # not learned the task after 1,800 steps.
     "multipath": (TrainOptions(regime="multipath", init_from="unique", lr=1e-3, warmup=10,
