@@ -61,18 +61,14 @@ SIZES: dict[str, dict[str, BenchSize]] = {
                           splits=2, caps={"test": {REFERENCE: 1}, "dev": {REFERENCE: 0}}),
     },
     "full": {
-        "unique": BenchSize(problems=150, samples=4, rollouts=64,
-                            caps=caps(mc=200, dev_mc=100, shapley=200)),
-        # multipath and forecast: Monte Carlo, Shapley and gradients on fewer traces than
-        # unique's, to fit the CPU the full run had (PROTOCOL.md, amendments)
-        "multipath": BenchSize(problems=150, samples=4, rollouts=64,
-                               caps=caps(mc=60, dev_mc=30, shapley=60, gradient=150)),
-        "forecast": BenchSize(problems=150, samples=4, rollouts=64,
-                              caps=caps(mc=24, dev_mc=12, shapley=24, gradient=40)),
-        # long: fewer traces and 32 rollouts, to fit the CPU its late checkpoint left
-        # (PROTOCOL.md, amendments)
+        # studies/bench/PROTOCOL.md (version 2): every method on every test trace; on dev,
+        # Monte Carlo on the first problems only (every sample of each) and no Shapley or
+        # gradients; 32 rollouts per boundary (the first n of them are Monte Carlo with n)
+        "unique": BenchSize(problems=150, samples=4, rollouts=32, caps=caps(dev_mc=200)),
+        "multipath": BenchSize(problems=150, samples=4, rollouts=32, caps=caps(dev_mc=200)),
+        "forecast": BenchSize(problems=150, samples=4, rollouts=32, caps=caps(dev_mc=120)),
         "long": BenchSize(problems=50, samples=4, rollouts=32, dev_problems=25,
-                          caps=caps(mc=20, dev_mc=8, shapley=20, gradient=60)),
+                          caps=caps(dev_mc=60)),
         # hops on SmolLM2 is the expensive part: dev runs only what the choice of the best
         # baseline needs and R̂ + v̂ / R̂ (the value-estimate study reads them)
         "hops": BenchSize(problems=240, samples=1, rollouts=8, dev_problems=60,
