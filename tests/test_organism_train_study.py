@@ -164,13 +164,13 @@ def test_weights_of_a_vhat_arm_use_the_reference_solution(tmp_path):
     training does: R̂ + v̂ rewards differ from R̂ alone's on the same completions (without the
     solution v̂ falls back to R̂ and the two arms' tables were identical)."""
     from cotcredit.bench.organism.task import split_problems, write_problems
-    from cotcredit.training.run import _problems
+    from cotcredit.data.problems import load_problems
 
     study = _study()
     # The first held-out problems of the study's test split, written from their seed as
     # `make organism-problems` writes studies/organism/problems/test.jsonl.
     write_problems(split_problems({"test": 6})["test"], tmp_path / "test.jsonl", "test")
-    problems = list(_problems(tmp_path / "test.jsonl"))
+    problems = list(load_problems(tmp_path / "test.jsonl"))
     model = ROOT / "studies" / "organism" / "model-early"
     base = {"seed": 0, "rredcot": {"segments": "lines", "exit_string": "The answer is "}}
     frames = {}

@@ -257,12 +257,12 @@ def test_data_files_are_read_like_analysis_inputs(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from cotcredit.training.run import _problems
+    from cotcredit.data.problems import load_problems
 
     rows = [{"question": "Two plus two?", "answer": "2 + 2 = 4.\n#### 4"}]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "gsm8k.parquet")
     cfg = load_config(write(tmp_path, "train_file: gsm8k.parquet\ndata_format: gsm8k\n"
                                       "eval_file: openai/gsm8k\neval_split: test\noutput_dir: o\n"))
     assert cfg.train_file == tmp_path / "gsm8k.parquet" and cfg.eval_file == Path("openai/gsm8k")
-    (p,) = _problems(cfg.train_file, cfg, cfg.train_split)
+    (p,) = load_problems(cfg.train_file, cfg.data_format, cfg.train_split)
     assert (p.prompt, p.answer, p.solution) == ("Two plus two?", "4", rows[0]["answer"])

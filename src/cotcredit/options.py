@@ -14,6 +14,7 @@ import json
 import sys
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, as a package (a dependency there)
     import tomli as tomllib
 
-from cotcredit.errors import UserError
+from cotcredit.errors import UserError, first_line
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str, choices: tuple | None = None,
@@ -45,6 +46,12 @@ def option(default: Any = dataclasses.MISSING, *, help: str, choices: tuple | No
 def flag_name(f: dataclasses.Field) -> str:
     """The command-line flag of an options field (`--min-tokens` for `min_tokens`)."""
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def comma_list(value: str | Iterable[str]) -> list[str]:
+    """Names from ``"a,b"`` or a list: stripped, blanks and repeats dropped, in order."""
+    names = value.split(",") if isinstance(value, str) else value
+    return list(dict.fromkeys(n.strip() for n in names if n.strip()))
 
 
 def check_choices(obj: Any) -> None:
@@ -203,8 +210,7 @@ def read_config(path: Path) -> dict[str, Any]:
         else:
             data = yaml.safe_load(text)
     except (yaml.YAMLError, tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise UserError(f"{path}: cannot parse ({first})") from None
+        raise UserError(f"{path}: cannot parse ({first_line(e)})") from None
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):

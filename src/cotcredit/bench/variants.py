@@ -30,7 +30,7 @@ from typing import Any
 
 from cotcredit.errors import UserError
 from cotcredit.methods import get_method, registry
-from cotcredit.options import build_options, read_config
+from cotcredit.options import build_options, comma_list, read_config
 
 #: RREDCoT's v̂ over its one reference's steps covered by position (the earlier default).
 ONE_REFERENCE: dict[str, Any] = {"references": "solution", "solution_part": "remaining",
@@ -108,8 +108,7 @@ def method_runs(methods: str | Sequence[str] | None,
     if methods is None:
         names = default_methods(variants)
     else:
-        names = methods.split(",") if isinstance(methods, str) else list(methods)
-        names = list(dict.fromkeys(n.strip() for n in names if n.strip()))
+        names = comma_list(methods)
     if REFERENCE not in names:
         names.append(REFERENCE)
     runs = []

@@ -34,6 +34,7 @@ from cotcredit.cli.output import (
 from cotcredit.cli.params import with_options
 from cotcredit.lm.loading import ModelOptions
 from cotcredit.methods import MethodCommand, MethodSpec, registry
+from cotcredit.options import comma_list
 from cotcredit.pipeline.inputs import InputOptions
 from cotcredit.pipeline.run import SEGMENTS
 from cotcredit.segmentation import SegmentOptions
@@ -91,7 +92,7 @@ def command_function(command: MethodCommand, specs: list[MethodSpec]):
 
         given = {spec.name: options[_keyword(spec)] for spec in specs}
         if shared:
-            names = list(dict.fromkeys(m.strip() for m in method.split(",") if m.strip()))
+            names = comma_list(method)
             methods = {name: given.get(name) for name in names}
         else:
             methods = given

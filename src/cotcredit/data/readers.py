@@ -29,14 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cotcredit.errors import UserError
+from cotcredit.errors import UserError, first_line
 
 BATCH_ROWS = 1024  # rows decoded to Python at a time from Arrow inputs
 Item = tuple[int, "dict | Any", "str | None"]  # (line or row, record, error)
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
 
 
 def decode_json(text: str) -> tuple[Any, str | None]:
@@ -106,7 +102,7 @@ def _jsonl(path: Path) -> Iterator[Item]:
                 obj, err = decode_json(s)
                 yield n, obj, err
     except (OSError, EOFError) as e:  # a truncated or corrupt .gz
-        raise UserError(f"{path}: cannot read ({_first_line(e)})") from None
+        raise UserError(f"{path}: cannot read ({first_line(e, 300)})") from None
 
 
 def _json_list(path: Path) -> Iterator[Item]:
@@ -139,7 +135,7 @@ def _parquet(files: tuple[Path, ...], name: str) -> Iterator[Item]:
                     n += 1
                     yield n, obj, None
         except (pa.ArrowException, OSError) as e:
-            raise UserError(f"{f}: not a readable Parquet file ({_first_line(e)})") from None
+            raise UserError(f"{f}: not a readable Parquet file ({first_line(e, 300)})") from None
 
 
 def _arrow(dataset) -> Iterator[Item]:
@@ -178,7 +174,7 @@ def _saved_dataset(path: Path, split: str | None) -> Records:
     try:
         ds = datasets.load_from_disk(str(path))
     except (FileNotFoundError, ValueError, OSError) as e:
-        raise UserError(f"{path}: not a readable datasets folder ({_first_line(e)})") from None
+        raise UserError(f"{path}: not a readable datasets folder ({first_line(e, 300)})") from None
     name = str(path)
     if isinstance(ds, datasets.DatasetDict):
         ds, name = _pick_split(ds, name, split)
@@ -196,7 +192,7 @@ def _hub_dataset(ident: str, split: str | None, subset: str | None, folder: bool
     try:
         ds = datasets.load_dataset(ident, subset, split=split)
     except ValueError as e:  # unknown split or configuration: datasets lists the known ones
-        text = _first_line(e)
+        text = first_line(e, 300)
         if "unknown split" in text.lower():
             raise UserError(f"{name}: no split '{split}' ({text}); choose one with --split") from None
         if folder:
@@ -206,15 +202,15 @@ def _hub_dataset(ident: str, split: str | None, subset: str | None, folder: bool
     except (ConnectionError, FileNotFoundError, OSError) as e:
         if folder:
             raise UserError(f"{ident}: is a directory that datasets cannot read as a dataset "
-                            f"({_first_line(e)})") from None
+                            f"({first_line(e, 300)})") from None
         raise UserError(
             f"{ident}: no such file, folder or dataset in the local Hugging Face cache "
-            f"({_first_line(e)})"
+            f"({first_line(e, 300)})"
         ) from None
     except Exception as e:  # noqa: BLE001  (datasets raises many kinds for a bad id)
         what = "is a directory that datasets cannot read as a dataset" if folder else (
             "cannot load the dataset")
-        raise UserError(f"{ident}: {what} ({_first_line(e)})") from None
+        raise UserError(f"{ident}: {what} ({first_line(e, 300)})") from None
     if isinstance(ds, datasets.DatasetDict):
         ds, name = _pick_split(ds, name, split)
     else:

@@ -47,11 +47,6 @@ def free_accelerator_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def first_line(error: BaseException) -> str:
-    """The first line of an error's message, for a one-line UserError."""
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-
-
 def run_batched(
     items: Sequence[T],
     fn: Callable[[Sequence[T]], list[R]],

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cotcredit.errors import UserError
+from cotcredit.errors import UserError, first_line
 from cotcredit.options import option
 
 if TYPE_CHECKING:
@@ -237,9 +237,8 @@ def load_model_files(path: str, dtype: torch.dtype, what: str):
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(
-            f"{what}: cannot load ({first[:200]}); give a local folder, a .gguf file, or a hub "
+            f"{what}: cannot load ({first_line(e)}); give a local folder, a .gguf file, or a hub "
             "id already in the Hugging Face cache (no network here?)"
         ) from None
     return model, tok

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from cotcredit.lm.backoff import BatchSize, first_line, run_batched
+from cotcredit.errors import first_line
+from cotcredit.lm.backoff import BatchSize, run_batched
 from cotcredit.lm.head import cache_arg
 from cotcredit.lm.passes import Continuation, ContinuationScore, TracePass, continuation_scores
 

@@ -19,8 +19,9 @@ from collections.abc import Sequence
 import torch
 
 from cotcredit.data.trace import Trace
+from cotcredit.errors import first_line
 from cotcredit.lm import packing
-from cotcredit.lm.backoff import BatchSize, first_line, run_batched
+from cotcredit.lm.backoff import BatchSize, run_batched
 from cotcredit.lm.encoding import (
     EncodedTrace,
     completion_text,

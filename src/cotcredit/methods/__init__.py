@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from cotcredit.errors import UserError
 from cotcredit.methods.base import MethodCommand, MethodRows, MethodSpec, TraceContext
+from cotcredit.options import comma_list
 
 #: The entry point group of methods defined outside cotcredit.
 ENTRY_POINTS = "cotcredit.methods"
@@ -109,12 +110,12 @@ def label_to_method(label: str) -> str | None:
     return None
 
 
-def parse_methods(methods: str | Sequence[str]) -> list[str]:
-    """Method names from ``"a,b"`` or a list, blanks and repeats dropped; at least one."""
-    names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else list(methods)
-    names = list(dict.fromkeys(n for n in names if n))
+def parse_methods(methods: str | Sequence[str], flag: str = "--methods") -> list[str]:
+    """Method names from ``"a,b"`` or a list, blanks and repeats dropped; at least one (else a
+    UserError naming `flag`)."""
+    names = comma_list(methods)
     if not names:
-        raise UserError("--methods: name at least one method")
+        raise UserError(f"{flag}: name at least one method")
     return names
 
 

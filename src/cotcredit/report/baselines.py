@@ -58,6 +58,7 @@ import pandas as pd
 
 from cotcredit.data.trace import first_departure
 from cotcredit.errors import UserError
+from cotcredit.options import comma_list
 from cotcredit.report.credit import trace_outcomes
 
 #: The baselines ``baseline_scores`` knows.
@@ -73,8 +74,7 @@ _KEEP = ("trace_id", "segment", "char_start", "char_end", "text")
 
 def parse_baselines(baselines: str | Sequence[str]) -> list[str]:
     """Baseline names from ``"position,uniform"`` or a list (``""``/``"none"``: none)."""
-    names = baselines.split(",") if isinstance(baselines, str) else list(baselines)
-    names = list(dict.fromkeys(n.strip() for n in names if n.strip() and n.strip() != "none"))
+    names = [n for n in comma_list(baselines) if n != "none"]
     unknown = [n for n in names if n not in BASELINES]
     if unknown:
         raise UserError(
@@ -117,39 +117,42 @@ def position_baseline(scores: pd.DataFrame, reference: str) -> pd.DataFrame:
     k = seg["k"].to_numpy()
     n_bins = int(pd.Series(k[seg["rank"].to_numpy() == 0]).mode().max())
     bins = position_bins(k, seg["rank"].to_numpy(), n_bins)
-    outcomes = trace_outcomes(scores)
-    zeta = seg["trace_id"].map(outcomes).to_numpy(dtype="float64")
-    # Unknown outcomes (NaN) form a group of their own.
-    _, group = np.unique(np.where(np.isnan(zeta), -np.inf, zeta), return_inverse=True)
-    ref_rows = (scores["method"] == reference).to_numpy()
-    credit = scores["score"].to_numpy(dtype="float64")
-    val = np.zeros(len(seg))
-    has = np.zeros(len(seg))
-    use = ref_rows & np.isfinite(credit)
-    val[row_to_seg[use]] = credit[use]
-    has[row_to_seg[use]] = 1.0
-    trace = seg["code"].to_numpy()
-    n_t = int(trace.max()) + 1
-
-    def loto(cell: np.ndarray, n_cells: int) -> tuple[np.ndarray, np.ndarray]:
-        """Sum and count of the reference credits in each segment's cell, minus its trace's."""
-        own_cell = trace * n_cells + cell
-        s_all = np.bincount(cell, val, n_cells)[cell]
-        n_all = np.bincount(cell, has, n_cells)[cell]
-        s_own = np.bincount(own_cell, val, n_t * n_cells)[own_cell]
-        n_own = np.bincount(own_cell, has, n_t * n_cells)[own_cell]
-        return s_all - s_own, n_all - n_own
-
-    n_groups = int(group.max()) + 1
-    s_same, n_same = loto(group * n_bins + bins, n_groups * n_bins)
-    s_any, n_any = loto(bins, n_bins)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        value = np.where(n_same > 0, s_same / n_same, np.where(n_any > 0, s_any / n_any, 0.0))
+    value = _other_traces_mean(scores, reference, seg, row_to_seg, bins, n_bins, 0.0)
     out = seg.loc[:, list(_KEEP)].copy()
     out["method"] = "position"
     out["score"] = value
     out["position_bin"] = bins
     return out
+
+
+def _other_traces_mean(scores: pd.DataFrame, reference: str, seg: pd.DataFrame,
+                       row_to_seg: np.ndarray, cell: np.ndarray, n_cells: int,
+                       fallback: float | np.ndarray) -> np.ndarray:
+    """Per segment, the mean `reference` credit of the other traces' segments in its cell
+    (`cell`, one of `n_cells`) whose trace has its outcome; without any, in its cell whatever
+    the outcome; without any, `fallback`. Leave-one-trace-out, by counting."""
+    zeta = seg["trace_id"].map(trace_outcomes(scores)).to_numpy(dtype="float64")
+    # Unknown outcomes (NaN) form a group of their own.
+    _, group = np.unique(np.where(np.isnan(zeta), -np.inf, zeta), return_inverse=True)
+    credit = scores["score"].to_numpy(dtype="float64")
+    use = (scores["method"] == reference).to_numpy() & np.isfinite(credit)
+    val, has = np.zeros(len(seg)), np.zeros(len(seg))
+    val[row_to_seg[use]] = credit[use]
+    has[row_to_seg[use]] = 1.0
+    trace = seg["code"].to_numpy()
+    n_t = int(trace.max()) + 1
+
+    def loto(c: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sum and count of the reference credits in each segment's cell, minus its trace's."""
+        own = trace * n + c
+        return (np.bincount(c, val, n)[c] - np.bincount(own, val, n_t * n)[own],
+                np.bincount(c, has, n)[c] - np.bincount(own, has, n_t * n)[own])
+
+    s_same, n_same = loto(group * n_cells + cell, (int(group.max()) + 1) * n_cells)
+    s_any, n_any = loto(cell, n_cells)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n_same > 0, s_same / n_same,
+                        np.where(n_any > 0, s_any / n_any, fallback))
 
 
 def uniform_baseline(scores: pd.DataFrame) -> pd.DataFrame:
@@ -237,26 +240,7 @@ def position_length_baseline(scores: pd.DataFrame, reference: str) -> pd.DataFra
     width = int(k.max())
     cell = (k - 1) * width + rank  # one cell per (K, index)
     n_cells = width * width
-    zeta = seg["trace_id"].map(trace_outcomes(scores)).to_numpy(dtype="float64")
-    _, group = np.unique(np.where(np.isnan(zeta), -np.inf, zeta), return_inverse=True)
-    credit = scores["score"].to_numpy(dtype="float64")
-    use = (scores["method"] == reference).to_numpy() & np.isfinite(credit)
-    val, has = np.zeros(len(seg)), np.zeros(len(seg))
-    val[row_to_seg[use]] = credit[use]
-    has[row_to_seg[use]] = 1.0
-    trace = seg["code"].to_numpy()
-    n_t = int(trace.max()) + 1
-
-    def loto(c: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Sum and count of the reference credits in each segment's cell, minus its trace's."""
-        own = trace * n + c
-        return (np.bincount(c, val, n)[c] - np.bincount(own, val, n_t * n)[own],
-                np.bincount(c, has, n)[c] - np.bincount(own, has, n_t * n)[own])
-
-    s_same, n_same = loto(group * n_cells + cell, (int(group.max()) + 1) * n_cells)
-    s_any, n_any = loto(cell, n_cells)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        value = np.where(n_same > 0, s_same / n_same, np.where(n_any > 0, s_any / n_any, coarse))
+    value = _other_traces_mean(scores, reference, seg, row_to_seg, cell, n_cells, coarse)
     out = seg.loc[:, list(_KEEP)].copy()
     out["method"] = "position-length"
     out["score"] = value

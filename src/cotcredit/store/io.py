@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cotcredit.errors import UserError
+from cotcredit.errors import UserError, first_line
 
 if TYPE_CHECKING:  # pyarrow loads with the first table read (keeps `--help` fast)
     import pyarrow as pa
@@ -175,10 +175,6 @@ def journal_record(target: str, sources: list[str]) -> str:
     )
 
 
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-
-
 def check_exists(path: Path) -> None:
     """A one-line UserError when `path` does not exist."""
     if not path.exists():
@@ -193,7 +189,7 @@ def open_file(path: Path) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
-        raise UserError(f"{path}: not a readable Parquet file ({_first_line(e)})") from None
+        raise UserError(f"{path}: not a readable Parquet file ({first_line(e)})") from None
 
 
 def files_of(path: str | Path) -> list[Path]:
@@ -227,14 +223,14 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
         try:
             t = pf.read(columns=columns)
         except (pa.ArrowException, OSError) as e:
-            raise UserError(f"{f}: not a readable Parquet file ({_first_line(e)})") from None
+            raise UserError(f"{f}: not a readable Parquet file ({first_line(e)})") from None
         tables.append(t)
     if not tables:
         return pa.table({c: pa.array([], pa.null()) for c in columns or []})
     try:
         return pa.concat_tables(tables, promote_options="permissive")
     except pa.ArrowException as e:
-        raise UserError(f"{path}: its files hold different columns ({_first_line(e)})") from None
+        raise UserError(f"{path}: its files hold different columns ({first_line(e)})") from None
 
 
 def metadata_file(folder: Path) -> Path | None:
@@ -266,7 +262,7 @@ def read_metadata(path: str | Path) -> dict:
             try:
                 return json.loads(meta.read_text())
             except (OSError, ValueError) as e:
-                raise UserError(f"{meta}: unreadable run metadata ({_first_line(e)})") from None
+                raise UserError(f"{meta}: unreadable run metadata ({first_line(e)})") from None
         files = data_files(path)
         if not files:
             return {}

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from cotcredit.errors import UserError
+from cotcredit.errors import UserError, first_line
 
 SEGMENT_COLUMNS = [
     ("run_id", pa.string()),
@@ -124,6 +124,6 @@ def rows_to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
             method = rows[0].get("method", "segments")
             raise RuntimeError(
                 f"method {method}: column {f.name} is declared {f.type} but got a value that is "
-                f"not ({str(e).splitlines()[0][:120]})"
+                f"not ({first_line(e, 120)})"
             ) from None
     return pa.Table.from_arrays(arrays, schema=schema)

@@ -172,32 +172,29 @@ def plot_reward_curve(
     metrics: str | Path, out: str | Path, title: str = "", eval_result: Mapping | None = None
 ) -> Path:
     """A PNG of the per-step mean reward (± std band, moving average) of one run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    _draw(ax, read_metrics(metrics), title or str(Path(metrics).parent.name), eval_result)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return Path(out)
+    label = title or str(Path(metrics).parent.name)
+    return plot_reward_curves({label: metrics}, out, {label: eval_result})
 
 
-def plot_reward_curves(runs: Mapping[str, str | Path], out: str | Path) -> Path:
+def plot_reward_curves(runs: Mapping[str, str | Path], out: str | Path,
+                       eval_results: Mapping[str, Mapping | None] | None = None) -> Path:
     """Reward curves of several runs side by side (one panel each, shared y axis), e.g.
-    ``{"grpo": "runs/grpo/metrics.jsonl", "rredcot": "runs/rredcot/metrics.jsonl"}``. Each
-    run's ``eval.json`` next to its metrics adds the eval accuracy before/after as lines."""
+    ``{"grpo": "runs/grpo/metrics.jsonl", "rredcot": "runs/rredcot/metrics.jsonl"}``. A run's
+    eval accuracy before/after (``eval_results[label]``, else the ``eval.json`` next to its
+    metrics) adds lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.2), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs) + 1, 4.2), sharey=True,
+                             squeeze=False)
     for ax, (label, path) in zip(axes[0], runs.items()):
         eval_path = Path(path).with_name("eval.json")
-        eval_result = json.loads(eval_path.read_text()) if eval_path.exists() else None
+        if eval_results is not None and label in eval_results:
+            eval_result = eval_results[label]
+        else:
+            eval_result = json.loads(eval_path.read_text()) if eval_path.exists() else None
         _draw(ax, read_metrics(path), label, eval_result)
     fig.tight_layout()
     fig.savefig(out, dpi=110)

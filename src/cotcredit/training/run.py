@@ -73,13 +73,6 @@ class TrainResult:
     seconds: float
 
 
-# ---- data ------------------------------------------------------------------------------------
-def _problems(path: Path, cfg=None, split: str | None = None):
-    """The problems of a data file with a config's `data_format` (`data.load_problems`, the
-    public name; this one is kept for older scripts)."""
-    return load_problems(path, cfg.data_format if cfg is not None else None, split)
-
-
 def prompt_field(problem_prompt: str, chat: bool, system_prompt: str | None, tokenizer=None):
     """The dataset's ``prompt`` value: chat messages for a chat model, else the raw text (also
     for a prompt already in the model's chat format, as in analysis)."""
