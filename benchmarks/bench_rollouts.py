@@ -222,15 +222,16 @@ def main(argv: list[str] | None = None) -> None:
 
     options = McOptions(rollouts=args.rollouts, temperature=args.temperature, top_p=args.top_p,
                         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
-    generators = scorer.__dict__.setdefault("_generators", {})
     real = get_generator(scorer, "hf")
     recorder = Recorder(Completion, type(real.stats)())
-    generators["hf"] = recorder
+    sampling = sys.modules[get_generator.__module__]
+    made = sampling.HFGenerator
+    sampling.HFGenerator = lambda model, tokenizer: recorder  # the run's generator records
     try:
         run_analysis(traces, scorer, methods={"mc": options}, segments_file=seg_file,
                      inputs=inputs)
     finally:
-        generators["hf"] = real
+        sampling.HFGenerator = made
     calls = recorder.calls
     rows = sum(len(p) * o.n for p, o, _ in calls)
     prompt_tokens = [len(p) for ps, _, _ in calls for p in ps]

@@ -25,6 +25,7 @@ OLD_NAMES = {
     "cotcredit.encoding": "encode_trace",
     "cotcredit.forcing": "answer_forcing",
     "cotcredit.sampling": "get_generator",
+    "cotcredit.methods.rredcot_paths": "paths_after",
     "cotcredit.api": "redistribute",
     "cotcredit.exports": "export_scores",
     "cotcredit.report.scores": "load_scores",

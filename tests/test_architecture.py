@@ -192,6 +192,17 @@ def test_no_module_over_600_lines():
     assert not long, long
 
 
+def test_no_state_is_kept_in_an_object_s_dict():
+    """No module keeps a cache in an object's `__dict__` (the model's, the tokenizer's, the
+    scorer's, a context's): what a run builds once is in its `RunCache`, what depends on the
+    model alone is the scorer's own declared state, what depends on one trace is on its
+    `TraceContext`. Any `__dict__` in the package fails, so none can come back unseen."""
+    found = [f"{path.relative_to(SRC)}:{i}" for path in MODULES.values()
+             for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if "__dict__" in line]
+    assert not found, found
+
+
 def test_the_package_uses_no_old_import_path():
     """Old paths (`cotcredit.traces`, ...) are for code outside the package."""
     bad = [f"{MODULES[m].relative_to(SRC)}:{line}: {written}"

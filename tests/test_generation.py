@@ -215,15 +215,19 @@ def test_keys_and_seeds():
     assert k[0] != k[2] and k[0].split("#")[0] == k[2].split("#")[0]
 
 
-def test_get_generator_reuses_one_per_backend(scorer):
-    assert get_generator(scorer, "hf") is get_generator(scorer, "hf")
+def test_get_generator_reuses_one_per_run_and_backend(scorer):
+    from cotcredit.run_cache import RunCache
+
+    run = RunCache()
+    assert get_generator(scorer, "hf", cache=run) is get_generator(scorer, "hf", cache=run)
+    assert run.of_kind("generator") == [get_generator(scorer, "hf", cache=run)]
+    assert get_generator(scorer, "hf") is not get_generator(scorer, "hf")  # no run: a new one
     with pytest.raises(UserError):
         get_generator(scorer, "nope")
 
 
 def test_vllm_missing_is_a_user_error(scorer, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
-    scorer.__dict__.get("_generators", {}).pop("vllm", None)
     with pytest.raises(UserError, match="vLLM is not installed"):
         get_generator(scorer, "vllm")
 
@@ -257,13 +261,9 @@ def test_vllm_backend_plumbing(scorer, prompts, monkeypatch):
     import cotcredit.lm.vllm_sampling as generation
 
     monkeypatch.setattr(generation, "_VLLM", {})
-    scorer.__dict__.setdefault("_generators", {}).pop("vllm", None)
-    try:
-        g = get_generator(scorer, "vllm")
-        o = SamplingOptions(n=2, temperature=0.7, top_p=0.9, max_new_tokens=5, seed=4, backend="vllm")
-        out = g.generate(prompts, o, keys=["a", "b", "c", "d"])
-    finally:
-        scorer.__dict__["_generators"].pop("vllm", None)
+    g = get_generator(scorer, "vllm")
+    o = SamplingOptions(n=2, temperature=0.7, top_p=0.9, max_new_tokens=5, seed=4, backend="vllm")
+    out = g.generate(prompts, o, keys=["a", "b", "c", "d"])
     assert calls["init"]["enable_prefix_caching"] is True
     assert [x["prompt_token_ids"] for x in calls["inputs"]] == prompts
     p0 = calls["params"][0]
@@ -296,7 +296,5 @@ def test_vllm_backend_without_vllm_is_one_line(scorer):
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
-    fresh = scorer.with_options(scorer.options)
-    fresh.__dict__["_generators"] = {}
     with pytest.raises(UserError, match="vLLM is not installed"):
-        get_generator(fresh, "vllm", {"tensor_parallel_size": 2})
+        get_generator(scorer, "vllm", {"tensor_parallel_size": 2})

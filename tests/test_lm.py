@@ -101,19 +101,37 @@ def test_the_kv_cache_goes_under_the_keyword_the_model_takes(scorer, monkeypatch
 def test_the_head_stays_float32_inside_a_bfloat16_autocast(scorer):
     """A trainer's bfloat16 autocast (TRL on a GPU) must neither round the float32 head nor
     fail the head check on a float32 model."""
-    from cotcredit.lm.head import check_head, decoder_of, head_logits
+    from cotcredit.lm.head import OutputHead, decoder_of, head_logits
 
     model, decoder = scorer.model, decoder_of(scorer.model)
     ids = scorer.encode(TRACE).ids
+    head = OutputHead(model)
     with torch.no_grad():
         hidden = decoder(input_ids=torch.tensor([ids])).last_hidden_state[0]
         plain = head_logits(model, hidden)
-        model.__dict__.pop("_cotcredit_head_ok", None)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            inside = head_logits(model, hidden)
-            check_head(model, decoder, ids)
-    assert model.__dict__["_cotcredit_head_ok"] is True
+            inside = head.logits(hidden)
+            head.check(decoder, ids)
+    assert head.checked is True
     assert inside.dtype == torch.float32 and torch.equal(inside, plain)
+
+
+def test_the_float32_head_copy_is_kept_until_the_weights_change(tiny_model_dir):
+    """A bfloat16 model's head is copied to float32 once and again only after its weights
+    change in place (a training step); the copy is the scorer's, nothing is put on the model."""
+    from transformers import AutoModelForCausalLM
+
+    from cotcredit.lm.head import OutputHead
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    head = OutputHead(model)
+    w, _ = head.weights()
+    assert w.dtype == torch.float32 and head.weights()[0] is w
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(2)
+    w2, _ = head.weights()
+    assert w2 is not w and torch.equal(w2, 2 * w)
+    assert not any(k.startswith("_cotcredit") for k in vars(model))
 
 
 @pytest.mark.parametrize("budget", [1024, 20])

@@ -27,13 +27,15 @@ def fake_grade(text, reference, **kw):
 def graded(monkeypatch, scorer):
     """The fake grader, and a generator that also stops at every token containing "e", so that
     rollouts of the random model end at different lengths (some cut off, some not)."""
-    from cotcredit.lm.sampling import HFGenerator
+    from cotcredit.lm import sampling
+
+    class StopsAtE(sampling.HFGenerator):
+        def __init__(self, model, tok):
+            super().__init__(model, tok)
+            self.stop_ids += [i for i in range(len(tok)) if "e" in tok.decode([i])]
 
     monkeypatch.setattr(grading, "grade_completion", fake_grade)
-    gen = HFGenerator(scorer.model, scorer.tokenizer)
-    tok = scorer.tokenizer
-    gen.stop_ids += [i for i in range(len(tok)) if "e" in tok.decode([i])]
-    monkeypatch.setitem(scorer.__dict__, "_generators", {"hf": gen})  # where costs are read
+    monkeypatch.setattr(sampling, "HFGenerator", StopsAtE)  # what every run's generator is
 
 
 def run_mc(scorer, traces_file, segments=3, **opts):
@@ -139,7 +141,7 @@ class FakeGenerator:
 
 def test_truncation_policies_with_known_rollouts(scorer, traces_file, monkeypatch):
     fake = FakeGenerator()
-    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None: fake)
+    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None, cache=None: fake)
     monkeypatch.setattr(grading, "grade_completion",
                         lambda text, ref, **kw: grading.GradeResult(None, text.endswith("yes")))
     for policy in ("wrong", "drop"):
@@ -316,7 +318,7 @@ def early_box_file(tmp_path):
     ("So the answer is \\boxed{13}.", 0.0),
 ])
 def test_rollouts_are_graded_on_what_they_state(scorer, early_box_file, monkeypatch, rollout, value):
-    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None: SameTextGenerator(rollout))
+    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None, cache=None: SameTextGenerator(rollout))
     df = run_mc(scorer, early_box_file, rollouts=2, segments=4)
     assert len(df) >= 3 and df["text"].iloc[0].startswith("First guess")  # the box is in segment 1
     assert (df["value_before"] == value).all() and (df["value_after"] == value).all()
@@ -330,7 +332,7 @@ def test_the_grader_gets_each_state_s_reasoning_as_prefix(scorer, early_box_file
         seen.append((prefix, text))
         return grading.GradeResult(None, False)
 
-    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None: SameTextGenerator("x"))
+    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None, cache=None: SameTextGenerator("x"))
     monkeypatch.setattr(grading, "grade_completion", record)
     df = run_mc(scorer, early_box_file, rollouts=2, segments=4)
     response = EARLY_BOX["response"]
@@ -353,7 +355,7 @@ def half_value(b, parity, n, policy):
 
 @pytest.mark.parametrize("policy", ["wrong", "drop"])
 def test_split_halves_are_the_even_and_odd_samples(scorer, traces_file, monkeypatch, policy):
-    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None: FakeGenerator())
+    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None, cache=None: FakeGenerator())
     monkeypatch.setattr(grading, "grade_completion",
                         lambda text, ref, **kw: grading.GradeResult(None, text.endswith("yes")))
     df = run_mc(scorer, traces_file, rollouts=6, truncated=policy, segments=4)
@@ -393,10 +395,12 @@ def test_cost_columns_count_what_a_run_of_each_method_alone_pays(scorer, traces_
     prefill of its rollouts' prompts and its samples, and not the trace pass it never reads."""
     from cotcredit.data.traces import iter_traces
     from cotcredit.methods.rredcot import RredcotOptions
+    from cotcredit.run_cache import RunCache
 
-    gen = mc.get_generator(scorer, "hf")
+    run = RunCache()  # holds the run's generator, whose counts are read below
     s = run_analysis(traces_file, scorer, segment_options=SegmentOptions(segments=3),
-                     methods={"mc": McOptions(**SMALL), "rredcot": RredcotOptions()})
+                     methods={"mc": McOptions(**SMALL), "rredcot": RredcotOptions()}, cache=run)
+    (gen,) = run.of_kind("generator")
     first = {k: pd.DataFrame(v).groupby("trace_id").first() for k, v in s.rows.items()}
     traces = {t.id: t for t in iter_traces(traces_file)}
     for tid, seg in first["segments"].iterrows():

@@ -169,13 +169,15 @@ def fake_grade(text, reference, **kw):
 @pytest.fixture
 def graded(monkeypatch, scorer):
     """The fake grader, and stops at every token holding "e" (rollouts of varied lengths)."""
-    from cotcredit.lm.sampling import HFGenerator
+    from cotcredit.lm import sampling
+
+    class StopsAtE(sampling.HFGenerator):
+        def __init__(self, model, tok):
+            super().__init__(model, tok)
+            self.stop_ids += [i for i in range(len(tok)) if "e" in tok.decode([i])]
 
     monkeypatch.setattr(grading, "grade_completion", fake_grade)
-    gen = HFGenerator(scorer.model, scorer.tokenizer)
-    tok = scorer.tokenizer
-    gen.stop_ids += [i for i in range(len(tok)) if "e" in tok.decode([i])]
-    monkeypatch.setitem(scorer.__dict__, "_generators", {"hf": gen})
+    monkeypatch.setattr(sampling, "HFGenerator", StopsAtE)  # what every run's generator is
 
 
 # Rounds of 2: a unanimous pair resolves a value (half-width 0.33), a split one (0.41) does not.

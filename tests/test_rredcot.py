@@ -194,10 +194,13 @@ def context(scorer, trace, segments):
 
 
 def probe_texts(scorer, ctx, **opts):
-    from cotcredit.methods.rredcot import solution_probes
+    """v̂'s probe C ⊕ U*_k ⊕ E ⊕ Y* after each state for the trace's own solution (one reference,
+    the empty part kept: one probe per state)."""
+    from cotcredit.methods.rredcot import build_probes
 
-    probes = solution_probes(ctx, RredcotOptions(**opts))
-    return [scorer.tokenizer.decode(p.ids) for p in probes]
+    probes = build_probes(ctx, RredcotOptions(**{"references": "solution", "empty_part": "keep",
+                                                 **opts}))
+    return [scorer.tokenizer.decode(c.ids) for c in probes.continuations[probes.n_states:]]
 
 
 def test_vhat_probe_text_at_each_boundary(scorer):

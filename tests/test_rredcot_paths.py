@@ -28,14 +28,14 @@ from cotcredit.methods.rredcot import (
     terminal_value,
     trace_references,
 )
-from cotcredit.methods.rredcot_paths import (
+from cotcredit.methods.rredcot.paths import (
     NO_SIBLINGS_NOTE,
     distinct_references,
     parts_after,
     paths_after,
     steps_written,
 )
-from cotcredit.pipeline.inputs import InputOptions
+from cotcredit.pipeline.inputs import InputOptions, SiblingIndex
 from cotcredit.pipeline.run import run_analysis
 from cotcredit.segmentation import SegmentOptions, segment_encoded
 
@@ -305,8 +305,9 @@ def test_siblings_are_the_other_right_answers_to_the_same_problem(scorer, tmp_pa
 
 
 def test_siblings_without_a_file_follow_the_listed_solutions(scorer, tmp_path):
-    """In-memory traces (and traces not found again in their file) have no siblings: they follow
-    their `solution` and `solutions` alone, the run says so once, and nothing raises."""
+    """In-memory traces have no siblings: they follow their `solution` and `solutions` alone,
+    the run says so once, and nothing raises. A file read with other field names finds its
+    siblings with those names (here: none besides the trace itself)."""
     seg = SegmentOptions(segments="lines")
     opts = {"solution_part": "matched", "empty_part": "drop", "forcing": ANSWER_LINE}
 
@@ -320,7 +321,7 @@ def test_siblings_without_a_file_follow_the_listed_solutions(scorer, tmp_path):
     cols = ["trace_id", "segment", "score", "v_hat", "g_after"]
     pd.testing.assert_frame_equal(got[cols], want[cols])
     assert notes.count(NO_SIBLINGS_NOTE) == 1 and NO_SIBLINGS_NOTE not in want_notes
-    # A file read back without this trace (other field names): the same fallback.
+    # A file read with other field names: its siblings are read with the same names.
     path = tmp_path / "renamed.jsonl"
     path.write_text(json.dumps({"key": TRACE.id, "question": TRACE.prompt, "text": TRACE.response,
                                 "answer": TRACE.answer, "solution": TRACE.solution,
@@ -330,7 +331,7 @@ def test_siblings_without_a_file_follow_the_listed_solutions(scorer, tmp_path):
                      methods={"rredcot": RredcotOptions(references="siblings", **opts)})
     read = pd.DataFrame(s.rows["rredcot"])
     assert read.v_hat.tolist() == want[want.trace_id == TRACE.id].v_hat.tolist()
-    assert NO_SIBLINGS_NOTE in s.notes
+    assert NO_SIBLINGS_NOTE not in s.notes
 
 
 def test_listed_solutions_come_before_siblings_and_the_cap_cuts_siblings(scorer, tmp_path):
@@ -340,14 +341,18 @@ def test_listed_solutions_come_before_siblings_and_the_cap_cuts_siblings(scorer,
     path = tmp_path / "traces.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     trace = next(t for t in iter_traces(path, FieldNames()) if t.id == "p1-a")
+    siblings = SiblingIndex(path, InputOptions()).of(trace)  # what the input stage hands over
     sibling = records[2]["response"]
+    assert siblings == [sibling]
     order = [A, listed, sibling]
     for cap in (1, 2, 3, 8):
-        got = trace_references(scorer, trace, RredcotOptions(max_references=cap))
+        got = trace_references(trace, RredcotOptions(max_references=cap), siblings)
         assert got == [reference_steps(t) for t in order[:cap]], cap
     notes: list[str] = []
-    trace_references(scorer, trace, RredcotOptions(), notes)
-    assert notes == []  # read from its file: siblings found, nothing to say
+    trace_references(trace, RredcotOptions(), siblings, notes)
+    assert notes == []  # siblings given: nothing to say
+    trace_references(trace, RredcotOptions(), None, notes)
+    assert notes == [NO_SIBLINGS_NOTE]  # none given: its listed solutions, said once
 
 
 def test_solutions_field_must_be_texts(scorer):
@@ -494,3 +499,33 @@ def test_the_bench_rows_keep_the_estimator_they_name(tmp_path):
     default = built(variants, "rredcot-siblings")
     assert default == dataclasses.replace(RredcotOptions(), forcing=default.forcing)
     assert {k: getattr(default, k) for k in KNOWN_PATHS} == KNOWN_PATHS
+
+
+def test_references_are_resolved_once_per_trace_from_the_input_stage(scorer, tmp_path,
+                                                                    monkeypatch):
+    """The input stage reads the siblings (the method never opens the input), and a trace's
+    references are resolved once: before it is encoded, then carried on its context."""
+    import cotcredit.methods.rredcot as rredcot
+    import cotcredit.methods.rredcot.probes as probes
+    from cotcredit.data import traces as data_traces
+
+    path = tmp_path / "traces.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    calls: list[str] = []
+    real = rredcot.known_paths
+
+    def counted(trace, *args, **kwargs):
+        calls.append(trace.id)
+        return real(trace, *args, **kwargs)
+
+    monkeypatch.setattr(rredcot, "known_paths", counted)
+    monkeypatch.setattr(probes, "known_paths", counted)
+    opened: list[str] = []
+    real_iter = data_traces.iter_traces
+    monkeypatch.setattr(data_traces, "iter_traces",
+                        lambda *a, **k: opened.append("method") or real_iter(*a, **k))
+    rows = run_analysis(path, scorer, segment_options=SegmentOptions(segments="lines"),
+                        methods={"rredcot": RredcotOptions(forcing=ANSWER_LINE)}).rows["rredcot"]
+    assert sorted(calls) == ["p1-a", "p1-b", "p1-c", "p2-a"]  # once each
+    assert opened == []  # no lookup of the reader at run time: the method never opens the input
+    assert {r["trace_id"] for r in rows} == set(calls)

@@ -264,5 +264,5 @@ def test_policy_scoring_under_bfloat16_mixed_precision(tiny_model_dir, tmp_path)
                                                       segments=3)
     train(trainer)
     ((output, token_advantages),) = trainer.rredcot_steps
-    assert trainer.model.__dict__.get("_cotcredit_head_ok") is True
+    assert trainer.segment_rewards_fn.scorer.head.checked is True
     assert trainer.state.log_history[0]["rredcot/scored_fraction"] > 0

@@ -10,6 +10,8 @@ cotcredit's code.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -21,7 +23,7 @@ from cotcredit.lm import Scorer
 from cotcredit.lm.forcing import ForcingOptions, answer_forcing
 from cotcredit.methods.attribution import ValueFunction
 from cotcredit.methods.base import TraceContext
-from cotcredit.methods.rredcot import RredcotOptions, estimate, solution_probes
+from cotcredit.methods.rredcot import RredcotOptions, build_probes, estimate
 from cotcredit.segmentation import SegmentOptions, segment_encoded
 
 WINDOW = 16
@@ -125,10 +127,14 @@ def test_probes_equal_the_models_own_forward(family, tokenizer):
     forcing = answer_forcing(scorer, ForcingOptions())
     r_probe = forcing.answer_probe(TRACE.answer)
     term = forcing.terminators
-    for k, (b, v_probe) in enumerate(zip(ctx.segmentation.boundaries,
-                                         solution_probes(ctx, options))):
-        u0, u1 = v_probe.span("solution")
-        y0, _ = v_probe.span("answer")
+    # v̂'s probe after each state for the trace's own solution, the empty part kept.
+    probes = build_probes(ctx, dataclasses.replace(options, references="solution",
+                                                   empty_part="keep"))
+    v_probes = probes.continuations[probes.n_states:]
+    for k, (b, v_probe, (nu, ny)) in enumerate(zip(ctx.segmentation.boundaries, v_probes,
+                                                   probes.solution_spans, strict=True)):
+        u0 = v_probe.target_start
+        u1, y0 = u0 + nu, u0 + ny
         prefix = enc.ids[: p + b]
         a0 = len(prefix) + r_probe.span("answer")[0]
         assert est.r_hat[k] == pytest.approx(

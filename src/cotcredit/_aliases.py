@@ -42,6 +42,8 @@ ALIASES: dict[str, str] = {
     "cotcredit.encoding": "cotcredit.lm.encoding",
     "cotcredit.forcing": "cotcredit.lm.forcing",
     "cotcredit.sampling": "cotcredit.lm",  # split: generation, sampling, vllm_sampling
+    # methods: RREDCoT is a package (its known paths: rredcot.paths)
+    "cotcredit.methods.rredcot_paths": "cotcredit.methods.rredcot.paths",
     # pipeline: the one analysis path and the API of the commands
     "cotcredit.api": "cotcredit.pipeline.api",
     "cotcredit.exports": "cotcredit.pipeline.export",

@@ -4,6 +4,7 @@ and `get_path`, which reads a dotted path in a nested record."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from cotcredit.errors import UserError
@@ -35,7 +36,7 @@ class FieldNames:
     def override(self, **names: str | None) -> FieldNames:
         """Return a copy where each given field is read from the one named key only."""
         updates = {k: (v,) for k, v in names.items() if v}
-        return FieldNames(**{**self.__dict__, **updates})
+        return dataclasses.replace(self, **updates)
 
 
 # The field mappings of common public datasets (`--format`); see the README's table.
@@ -71,7 +72,7 @@ def format_names(fmt: str | None) -> FieldNames:
         return FieldNames()
     if fmt not in FORMATS:
         raise UserError(f"--format: unknown format '{fmt}' (use one of {', '.join(FORMATS)})")
-    return FieldNames(**{**FieldNames().__dict__, **FORMATS[fmt]})
+    return FieldNames(**FORMATS[fmt])
 
 
 @dataclass

@@ -10,6 +10,7 @@ source, the line and the field.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -162,7 +163,8 @@ def _per_generation(value: object, key: str | None, n: int, listed: bool, src: s
 @functools.lru_cache(maxsize=64)
 def _used_keys(names: FieldNames) -> frozenset[str]:
     """The top-level keys `names` reads (the rest of a record goes to `Trace.extra`)."""
-    return frozenset(k.split(".")[0] for group in names.__dict__.values() for k in group)
+    groups = (getattr(names, f.name) for f in dataclasses.fields(names))
+    return frozenset(k.split(".")[0] for group in groups for k in group)
 
 
 class _Record:

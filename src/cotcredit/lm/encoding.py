@@ -212,10 +212,8 @@ def token_offsets(
 
 def template_markers(tokenizer) -> tuple[str, ...]:
     """The special-token strings the tokenizer's chat template writes around a message (e.g.
-    ``<|im_start|>``, ``<start_of_turn>``); empty without a template."""
-    cache = getattr(tokenizer, "__dict__", {})
-    if "_cotcredit_markers" in cache:
-        return cache["_cotcredit_markers"]
+    ``<|im_start|>``, ``<start_of_turn>``); empty without a template. (It renders the
+    template: a caller that asks often keeps the answer, as `Scorer.template_markers` does.)"""
     markers: tuple[str, ...] = ()
     if getattr(tokenizer, "chat_template", None):
         try:
@@ -228,14 +226,16 @@ def template_markers(tokenizer) -> tuple[str, ...]:
         # Added tokens too: converted tokenizers do not always flag turn markers as special.
         specials |= {str(t) for t in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).values()}
         markers = tuple(sorted(t for t in specials if len(t) > 1 and t in shown))
-    cache["_cotcredit_markers"] = markers
     return markers
 
 
-def rendered_by_template(tokenizer, prompt: str) -> bool:
+def rendered_by_template(tokenizer, prompt: str,
+                         markers: Sequence[str] | None = None) -> bool:
     """Whether `prompt` is already a conversation in the model's chat format (it holds the
-    template's own special tokens): applying the template again would wrap it twice."""
-    return any(m in prompt for m in template_markers(tokenizer))
+    template's own special tokens, `markers`: default `template_markers(tokenizer)`): applying
+    the template again would wrap it twice."""
+    markers = template_markers(tokenizer) if markers is None else markers
+    return any(m in prompt for m in markers)
 
 
 def special_ids(tokenizer) -> set[int]:

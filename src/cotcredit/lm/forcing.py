@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from cotcredit.data.trace import THINK_CLOSE, THINK_OPEN, reasoning_end
 from cotcredit.errors import UserError
 from cotcredit.lm.encoding import Parts, encode_parts
+from cotcredit.run_cache import RunCache
 
 EXIT_PLAIN = "\n\nThe final answer is $\\boxed{"
 EXIT_THINK = "\n" + THINK_CLOSE + "\n\nThe final answer is $\\boxed{"
@@ -130,21 +131,22 @@ def _answer(answer: str, where: str) -> str:
     return answer
 
 
-def answer_forcing(scorer, options: ForcingOptions) -> Forcing:
-    """The run's `Forcing` for this model and these options (built once per scorer)."""
-    cache: dict = scorer.__dict__.setdefault("_forcings", {})
-    if options not in cache:
-        exit_string = (
-            options.exit_string
-            if options.exit_string is not None
-            else default_exit_string(scorer.tokenizer)
-        )
-        if not exit_string:
-            raise UserError("--exit-string must not be empty")
-        terminators: tuple[int, ...] = ()
-        if options.answer_terminator and exit_string.rstrip().endswith("{"):
-            terminators = scorer.terminator_ids(options.answer_terminator)
-        forcing = Forcing(exit_string, terminators, scorer.tokenizer)
-        forcing.answer_probe("0", "--exit-string")  # E itself must tokenize cleanly
-        cache[options] = forcing
-    return cache[options]
+def answer_forcing(scorer, options: ForcingOptions, cache: RunCache | None = None) -> Forcing:
+    """The `Forcing` for this model and these options: built once per run with the run's
+    `cache`, afresh without one."""
+    if cache is not None:
+        return cache.get("forcing", (id(scorer.tokenizer), options),
+                         lambda: answer_forcing(scorer, options))
+    exit_string = (
+        options.exit_string
+        if options.exit_string is not None
+        else default_exit_string(scorer.tokenizer)
+    )
+    if not exit_string:
+        raise UserError("--exit-string must not be empty")
+    terminators: tuple[int, ...] = ()
+    if options.answer_terminator and exit_string.rstrip().endswith("{"):
+        terminators = scorer.terminator_ids(options.answer_terminator)
+    forcing = Forcing(exit_string, terminators, scorer.tokenizer)
+    forcing.answer_probe("0", "--exit-string")  # E itself must tokenize cleanly
+    return forcing

@@ -6,6 +6,10 @@ weights whatever the model's dtype, with the output processing of the model's fa
 soft-capping, Granite's `logits_scaling`, Cohere's `logit_scale`, `output_multiplier`).
 `check_head` compares that with the model's own `forward` once per model; a family whose
 processing is not reproduced is refused with one line, never scored silently wrong.
+
+`OutputHead` is that head for one model, owned by the scorer: it keeps the float32 copy of the
+head's weights while they are unchanged and remembers that the check passed, so nothing is
+stored on the model itself.
 """
 
 from __future__ import annotations
@@ -58,25 +62,22 @@ def decoder_of(model):
     return get() if get else model.model
 
 
-def head_weights(model) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The output head's weight and bias in float32 (a float32 copy for other dtypes, kept
-    while the weights are unchanged: training updates them in place)."""
+Weights = tuple[torch.Tensor, torch.Tensor | None]  # the head's weight and bias
+
+
+def head_weights(model) -> Weights:
+    """The output head's weight and bias in float32 (a copy for other dtypes)."""
     head = model.get_output_embeddings()
     w, b = head.weight, getattr(head, "bias", None)
     if w.dtype == torch.float32:
         return w, b
-    key = (w.data_ptr(), w._version, w.device)
-    cached = model.__dict__.get("_cotcredit_head32")
-    if cached is None or cached[0] != key:
-        b32 = b.detach().float() if b is not None else None
-        cached = (key, w.detach().float(), b32)
-        model.__dict__["_cotcredit_head32"] = cached
-    return cached[1], cached[2]
+    return w.detach().float(), b.detach().float() if b is not None else None
 
 
-def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
-    """float32 logits for hidden states (..., hidden), with the family's output processing."""
-    w, b = head_weights(model)
+def head_logits(model, hidden: torch.Tensor, weights: Weights | None = None) -> torch.Tensor:
+    """float32 logits for hidden states (..., hidden), with the family's output processing;
+    `weights`: the head's in float32 (default: `head_weights(model)`)."""
+    w, b = weights or head_weights(model)
     # float32 also inside a trainer's bfloat16 autocast, which would round the head's matmul.
     with torch.autocast(hidden.device.type, enabled=False):
         logits = torch.nn.functional.linear(hidden.float(), w, b)
@@ -96,17 +97,51 @@ def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
     return logits
 
 
-def log_probs(model, hidden: torch.Tensor) -> torch.Tensor:
+def log_probs(model, hidden: torch.Tensor, weights: Weights | None = None) -> torch.Tensor:
     """float32 log-softmax of `head_logits`."""
-    return torch.log_softmax(head_logits(model, hidden), dim=-1)
+    return torch.log_softmax(head_logits(model, hidden, weights), dim=-1)
+
+
+class OutputHead:
+    """One model's output head in float32 (see the module docstring): the float32 copy of its
+    weights, made again only when they change (training updates them in place), and whether
+    `check` has passed."""
+
+    def __init__(self, model):
+        self.model = model
+        self.checked = False
+        self._weights: Weights | None = None
+        self._key: tuple | None = None  # (address, version, device) of the copied weight
+
+    def weights(self) -> Weights:
+        """The head's weight and bias in float32."""
+        w = self.model.get_output_embeddings().weight
+        if w.dtype == torch.float32:
+            return head_weights(self.model)
+        key = (w.data_ptr(), w._version, w.device)
+        if self._weights is None or self._key != key:
+            self._weights, self._key = head_weights(self.model), key
+        return self._weights
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 logits for hidden states (`head_logits`)."""
+        return head_logits(self.model, hidden, self.weights())
+
+    def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 log-softmax of `logits`."""
+        return torch.log_softmax(self.logits(hidden), dim=-1)
+
+    def check(self, decoder, ids: Sequence[int]) -> None:
+        """`check_head` once: later calls return at once."""
+        if not self.checked:
+            check_head(self.model, decoder, ids, self.weights())
+            self.checked = True
 
 
 @torch.no_grad()
-def check_head(model, decoder, ids: Sequence[int]) -> None:
-    """Compare `head_logits` on `decoder`'s hidden states of `ids` with the model's own forward,
-    once per model; a mismatch is a UserError naming the model family."""
-    if model.__dict__.get("_cotcredit_head_ok"):
-        return
+def check_head(model, decoder, ids: Sequence[int], weights: Weights | None = None) -> None:
+    """Compare `head_logits` on `decoder`'s hidden states of `ids` with the model's own forward;
+    a mismatch is a UserError naming the model family."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     x = torch.tensor([list(ids)], device=device)
@@ -115,7 +150,7 @@ def check_head(model, decoder, ids: Sequence[int]) -> None:
     with torch.autocast(device.type, enabled=False):
         # The class's forward: accelerate replaces a prepared model's own with an autocast one.
         own = torch.log_softmax(type(model).forward(model, input_ids=x).logits[0].float(), dim=-1)
-        ours = log_probs(model, decoder(input_ids=x).last_hidden_state[0])
+        ours = log_probs(model, decoder(input_ids=x).last_hidden_state[0], weights)
     # float32: rounding only; bfloat16/float16: the model's own head runs in that dtype.
     tol = 1e-3 if dtype == torch.float32 else 0.25
     top = own.topk(min(50, own.shape[-1]), dim=-1).indices
@@ -127,4 +162,3 @@ def check_head(model, decoder, ids: Sequence[int]) -> None:
             f"(log-probs differ from the model's own forward by {diff:.3g}); it is not "
             "supported"
         )
-    model.__dict__["_cotcredit_head_ok"] = True

@@ -25,7 +25,7 @@ import torch
 
 from cotcredit.errors import first_line
 from cotcredit.lm.backoff import BatchSize, run_batched
-from cotcredit.lm.head import cache_arg
+from cotcredit.lm.head import OutputHead, cache_arg
 from cotcredit.lm.passes import Continuation, ContinuationScore, TracePass, continuation_scores
 
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -68,12 +68,13 @@ class AttentionLayout:
 
 @dataclass
 class PackedModel:
-    """What a packed pass needs of the model: its decoder stack (hidden states), the model
-    itself (its head and attention settings), the layer layout, dtype and device of the mask,
-    the padding id, and where to say a thing once per run. `tokens` counts the query tokens run
-    (the scorer adds them to its count)."""
+    """What a packed pass needs of the model: its decoder stack (hidden states), its float32
+    output head, the model itself (its attention settings), the layer layout, dtype and device
+    of the mask, the padding id, and where to say a thing once per run. `tokens` counts the
+    query tokens run (the scorer adds them to its count)."""
 
     decoder: Callable[..., Any]
+    head: OutputHead
     model: Any
     layout: AttentionLayout
     dtype: torch.dtype
@@ -272,7 +273,7 @@ def score_group(
         )
     base.cache.crop(-len(tokens))  # remove the probe tokens again
     packed.tokens += len(tokens)
-    return continuation_scores(packed.model, out.last_hidden_state[0], paths,
+    return continuation_scores(packed.head, out.last_hidden_state[0], paths,
                                [conts[i] for i in group])
 
 
@@ -341,7 +342,7 @@ def score_continuation_batch(
             if j >= len(g):
                 continue
             conts = rows_conts[r]
-            scores = continuation_scores(packed.model, out.last_hidden_state[r], t[3],
+            scores = continuation_scores(packed.head, out.last_hidden_state[r], t[3],
                                          [conts[i] for i in g[j]])
             for i, s in zip(g[j], scores):
                 results[r][i] = s

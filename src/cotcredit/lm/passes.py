@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch loads with the first pass: the records are light (`--help` is fast)
     import torch
 
+    from cotcredit.lm.head import OutputHead
+
 
 @dataclass
 class TracePass:
@@ -55,22 +57,21 @@ class ContinuationScore:
 
 
 def token_stats(
-    model, hidden: torch.Tensor, ids: torch.Tensor, stats_from: int
+    head: OutputHead, hidden: torch.Tensor, ids: torch.Tensor, stats_from: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-probs, entropies) of a pass over `ids` (`TracePass`'s fields) from its hidden states
     (tokens, hidden), computed from position `stats_from` - 1 on in chunks of positions, so a
     long trace never materialises a (tokens x vocabulary) tensor."""
     import torch
 
-    from cotcredit.lm import head
+    from cotcredit.lm.head import LOGIT_CHUNK
 
     n = len(ids)
     logprobs = torch.zeros(n, dtype=torch.float32)
     entropies = torch.zeros(n, dtype=torch.float32)
-    chunk = head.LOGIT_CHUNK
-    for s in range(max(0, stats_from - 1), n, chunk):
-        e = min(n, s + chunk)
-        lp = head.log_probs(model, hidden[s:e])
+    for s in range(max(0, stats_from - 1), n, LOGIT_CHUNK):
+        e = min(n, s + LOGIT_CHUNK)
+        lp = head.log_probs(hidden[s:e])
         entropies[s:e] = -(lp.exp() * lp).sum(-1).cpu()
         nxt = ids[s + 1 : e + 1]
         logprobs[s + 1 : s + 1 + len(nxt)] = lp[: len(nxt)].gather(1, nxt[:, None])[:, 0].cpu()
@@ -78,17 +79,18 @@ def token_stats(
 
 
 def continuation_scores(
-    model, hidden: torch.Tensor, rows: Sequence[Sequence[int]], conts: Sequence[Continuation]
+    head: OutputHead, hidden: torch.Tensor, rows: Sequence[Sequence[int]],
+    conts: Sequence[Continuation],
 ) -> list[ContinuationScore]:
     """Scores of continuations from the hidden states at their block positions.
 
     `rows[i]` are the indices into `hidden` of continuation i's block: row 0 holds the token
     before the block (it predicts ids[0]), row 1 + j holds ids[j]. All needed positions go
-    through `model`'s head together, in chunks.
+    through the float32 `head` together, in chunks.
     """
     import torch
 
-    from cotcredit.lm import head
+    from cotcredit.lm.head import LOGIT_CHUNK
 
     want: list[int] = []
     for r, c in zip(rows, conts, strict=True):
@@ -96,9 +98,8 @@ def continuation_scores(
         want += r[c.target_start : stop]
     idx = torch.tensor(want, device=hidden.device, dtype=torch.long)
     picked: list[torch.Tensor] = []
-    chunk = head.LOGIT_CHUNK
-    for s in range(0, len(want), chunk):
-        picked.append(head.log_probs(model, hidden[idx[s : s + chunk]]))
+    for s in range(0, len(want), LOGIT_CHUNK):
+        picked.append(head.log_probs(hidden[idx[s : s + LOGIT_CHUNK]]))
     lp = torch.cat(picked) if picked else hidden.new_zeros((0, 1), dtype=torch.float32)
     results, at = [], 0
     for c in conts:

@@ -11,7 +11,9 @@ out-of-memory halving is `backoff`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Sequence
@@ -28,8 +30,9 @@ from cotcredit.lm.encoding import (
     encode_completion,
     encode_trace,
     rendered_by_template,
+    template_markers,
 )
-from cotcredit.lm.head import cache_arg, check_head, decoder_of, head_logits
+from cotcredit.lm.head import OutputHead, cache_arg, decoder_of
 from cotcredit.lm.loading import (
     ModelOptions,
     load_model_files,
@@ -84,15 +87,15 @@ class Scorer:
         self.query_budget = query_budget or (4096 if self.device.type == "cuda" else 1024)
         self.fingerprint = ""  # content hash of a local model folder (set by load_scorer)
         self.layout = AttentionLayout.of(model.config)
+        self.head = OutputHead(model)  # the float32 head, checked once against the model
         self.forward_tokens = 0  # tokens run through the model so far (cost accounting)
         self.notes: list[str] = []  # things a run should say once (e.g. attention switched)
         self._prefix_terminators: dict[str, tuple[int, ...]] = {}
 
     def with_options(self, options: ModelOptions) -> Scorer:
-        """This scorer (same model, caches and counts) with other `ModelOptions` (chat template,
-        system prompt, truncation)."""
-        s = Scorer.__new__(Scorer)
-        s.__dict__.update(self.__dict__)
+        """This scorer (same model, head, notes and query budget) with other `ModelOptions` (chat
+        template, system prompt, truncation)."""
+        s = copy.copy(self)
         s.options = options
         return s
 
@@ -131,6 +134,12 @@ class Scorer:
         return d
 
     # ---- tokenization --------------------------------------------------------------------
+    @functools.cached_property
+    def template_markers(self) -> tuple[str, ...]:
+        """The special tokens the tokenizer's chat template writes (`encoding.template_markers`),
+        found once."""
+        return template_markers(self.tokenizer)
+
     @property
     def uses_chat_template(self) -> bool:
         """Whether prompts are rendered with the tokenizer's chat template."""
@@ -140,7 +149,8 @@ class Scorer:
         """The prompt as the model sees it, ready for the response to be appended. A prompt
         already in the model's chat format (few-shot conversations, traces logged with their
         template) is used as it is."""
-        if not self.uses_chat_template or rendered_by_template(self.tokenizer, prompt):
+        if not self.uses_chat_template or rendered_by_template(self.tokenizer, prompt,
+                                                                 self.template_markers):
             return prompt
         messages = []
         if self.options.system_prompt:
@@ -162,7 +172,7 @@ class Scorer:
         # Without a template, start like the model's training data did when it uses a BOS token.
         if (
             not self.uses_chat_template
-            and not rendered_by_template(self.tokenizer, prompt)
+            and not rendered_by_template(self.tokenizer, prompt, self.template_markers)
             and bos is not None
             and getattr(self.tokenizer, "add_bos_token", False)
         ):
@@ -207,15 +217,15 @@ class Scorer:
 
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """float32 logits for hidden states (..., hidden), with the family's output processing."""
-        return head_logits(self.model, hidden)
+        return self.head.logits(hidden)
 
     def check_head(self) -> None:
         """Compare `head_logits` on the decoder's hidden states with the model's own forward on a
         short sequence, once per model; a mismatch is a UserError naming the model family."""
-        if self.model.__dict__.get("_cotcredit_head_ok"):
+        if self.head.checked:
             return
         ids = self.encode_text("Let me check: 3 + 4 = 7, so the answer is 7.")[:16] or [0, 1, 2]
-        check_head(self.model, self._decoder(), ids)
+        self.head.check(self._decoder(), ids)
 
     # ---- forward passes ------------------------------------------------------------------
     @torch.no_grad()
@@ -233,7 +243,7 @@ class Scorer:
         decoder = self._decoder()
         out = decoder(input_ids=x, **cache_arg(decoder, cache), use_cache=keep_cache)
         self.forward_tokens += x.shape[1]
-        logprobs, entropies = token_stats(self.model, out.last_hidden_state[0], x[0], stats_from)
+        logprobs, entropies = token_stats(self.head, out.last_hidden_state[0], x[0], stats_from)
         # The cache object is filled in place by the forward pass.
         return TracePass(list(ids), logprobs, entropies, cache, time.perf_counter() - t0)
 
@@ -258,7 +268,7 @@ class Scorer:
         passes = []
         for j, q in enumerate(seqs):
             n = len(q)
-            stats = token_stats(self.model, out.last_hidden_state[j, :n], x[j, :n], stats_from[j])
+            stats = token_stats(self.head, out.last_hidden_state[j, :n], x[j, :n], stats_from[j])
             passes.append(TracePass(list(q), *stats, None, 0.0))
         seconds = (time.perf_counter() - t0) / len(seqs)
         for p in passes:
@@ -305,7 +315,8 @@ class Scorer:
 
     def _packed(self) -> PackedModel:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        return PackedModel(self._decoder(), self.model, self.layout, self.dtype, self.device,
+        return PackedModel(self._decoder(), self.head, self.model, self.layout, self.dtype,
+                           self.device,
                            pad, self._note)
 
     def _note_unpacked(self) -> None:
@@ -387,7 +398,7 @@ class Scorer:
             rows.append(list(range(at, at + t + 1)))  # the token before the target, then it
             flat.append(h[j, n - t - 1 : n])
             at += t + 1
-        scores = continuation_scores(self.model, torch.cat(flat), rows, conts)
+        scores = continuation_scores(self.head, torch.cat(flat), rows, conts)
         return [s.logprob for s in scores]
 
     # ---- differentiable scoring (gradient attribution) -------------------------------------

@@ -121,7 +121,7 @@ class ValueFunction:
         self.ctx = ctx
         self.options = (options or TargetOptions()).validate()
         self.scorer: Scorer = ctx.scorer
-        forcing = answer_forcing(ctx.scorer, self.options.forcing)
+        forcing = answer_forcing(ctx.scorer, self.options.forcing, ctx.cache)
         probe = forcing.answer_probe(ctx.trace.answer, ctx.trace.where)
         enc = ctx.encoded
         self.prompt_ids = list(enc.prompt_ids)
@@ -234,10 +234,9 @@ def value_function(ctx: TraceContext, options: TargetOptions | None = None) -> V
     leave-one-out coalitions) instead of scoring them twice.
     """
     options = (options or TargetOptions()).validate()
-    shared: dict = ctx.__dict__.setdefault("_value_functions", {})
-    if options not in shared:
-        shared[options] = ValueFunction(ctx, options)
-    return shared[options]
+    if options not in ctx.value_functions:
+        ctx.value_functions[options] = ValueFunction(ctx, options)
+    return ctx.value_functions[options]
 
 
 class EmbeddingTarget:
@@ -253,7 +252,7 @@ class EmbeddingTarget:
     def __init__(self, ctx: TraceContext, options: TargetOptions | None = None):
         options = (options or TargetOptions()).validate()
         self.scorer = scorer = ctx.scorer
-        forcing = answer_forcing(scorer, options.forcing)
+        forcing = answer_forcing(scorer, options.forcing, ctx.cache)
         probe = forcing.answer_probe(ctx.trace.answer, ctx.trace.where)
         enc = ctx.encoded
         self.prompt = scorer.embed(list(enc.prompt_ids))

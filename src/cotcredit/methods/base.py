@@ -7,9 +7,11 @@ trace it returns, per output label (usually the method's name; `gradient` return
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from cotcredit.run_cache import RunCache
 
 if TYPE_CHECKING:  # (the model stack loads with the model: keeps `--help` fast)
     from cotcredit.lm import Scorer, TracePass
@@ -19,13 +21,26 @@ if TYPE_CHECKING:  # (the model stack loads with the model: keeps `--help` fast)
 
 @dataclass
 class TraceContext:
-    """One trace ready for scoring: its tokens, one forward pass (with KV cache), its segments."""
+    """One trace ready for scoring: its tokens, one forward pass (with KV cache), its segments,
+    and what the run knows of it besides its record. Every method of a run gets the same one.
+
+    `siblings`: the other right-answer responses to the same problem, read by the input stage
+    (`pipeline.inputs.SiblingIndex`; None: the input had none to give, e.g. a list of traces).
+    `references`: the reference solutions a method follows (each a list of steps), resolved
+    once for the trace before it was encoded (`MethodSpec.references`); None: not resolved.
+    `cache`: the run's `RunCache`. `value_functions`: the attribution value functions of this
+    trace by target (`attribution.value_function`), shared by the methods that use them.
+    """
 
     scorer: Scorer
     encoded: EncodedTrace
     forward: TracePass
     segmentation: Segmentation
     notes: list[str] = field(default_factory=list)  # said once per run (e.g. "no solution")
+    siblings: list[str] | None = None
+    references: list[list[str]] | None = None
+    cache: RunCache = field(default_factory=RunCache)
+    value_functions: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def trace(self):
@@ -38,6 +53,12 @@ class TraceContext:
 
 
 MethodRows = dict[str, list[dict[str, Any]]]
+
+
+def reference_room(scorer: Scorer, references: Sequence[Sequence[str]]) -> int:
+    """Tokens of the longest reference (its steps one a line): the context a method that
+    follows references keeps free after the trace for them."""
+    return max((len(scorer.encode_text("\n".join(steps))) for steps in references), default=0)
 
 
 @dataclass(frozen=True)
@@ -82,6 +103,14 @@ class MethodSpec:
     labels: Callable[[Any], list[str]]
     # Context tokens a trace must leave free for this method's probes: (scorer, trace, options).
     reserve: Callable[[Scorer, Any, Any], int] = lambda scorer, trace, options: 64
+    # The reference solutions the method follows on a trace, each a list of steps: (trace, its
+    # siblings or None, options, the run's notes) -> them. Resolved once per trace, before it
+    # is encoded: the run keeps room for the longest besides `reserve` (`reference_room`), and
+    # `run` finds them on the context (`ctx.references`). None: the method follows none.
+    references: Callable[[Any, Any, Any, list[str]], list[list[str]]] | None = None
+    # Whether the run's input stage must find each trace's siblings (the other right-answer
+    # responses to its problem) for these options; they reach the method on the context.
+    reads_siblings: Callable[[Any], bool] = lambda options: False
     description: str = ""
     # The method's own columns (besides `score`) and their Arrow types ("float64", "int64",
     # "string", "bool"): every table has a fixed schema, declared here, never inferred per trace.

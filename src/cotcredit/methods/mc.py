@@ -199,7 +199,7 @@ def sample_rollouts(ctx: TraceContext, options: McOptions,
     (one call in the fixed mode)."""
     enc, trace = ctx.encoded, ctx.trace
     bounds = ctx.segmentation.boundaries
-    gen = get_generator(ctx.scorer, options.backend, options.engine_args())
+    gen = get_generator(ctx.scorer, options.backend, options.engine_args(), cache=ctx.cache)
     groups: dict[tuple[int, int], list[int]] = {}
     for k, first_count in requests.items():
         groups.setdefault(first_count, []).append(k)

@@ -1,7 +1,7 @@
 """Which traces a run reads: `InputOptions` (keys, slice, limit, bad lines), the input as a
 stream in input order (`stream_traces`), the slice a run takes (`select`: `--shard`,
-`--max-traces`), and `check_inputs`, which checks everything a run can check before its model
-loads."""
+`--max-traces`), each trace's siblings (`SiblingIndex`: the other right-answer responses to its
+problem), and `check_inputs`, which checks everything a run can check before its model loads."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cotcredit.data.fields import FieldOptions
+from cotcredit.data.outcome import trace_outcome
 from cotcredit.data.readers import open_records
 from cotcredit.data.trace import Trace, TraceError
 from cotcredit.data.traces import iter_traces
@@ -106,6 +107,40 @@ def select(
         yield pos, item
         if limit is not None and taken >= limit:  # stop reading: later lines are not ours
             return
+
+
+#: The record field that groups responses to one problem (else the prompt does).
+PROBLEM_FIELD = "problem_id"
+
+
+def problem_key(trace: Trace) -> str:
+    """What groups responses to one problem: the `problem_id` field, else the prompt."""
+    pid = trace.extra.get(PROBLEM_FIELD)
+    return f"id:{pid}" if pid is not None else f"prompt:{trace.prompt}"
+
+
+class SiblingIndex:
+    """The right-answer responses (outcome ≥ 0.5) of a run's whole input by problem
+    (`problem_key`), read once with the run's own reading options (every shard's traces, bad
+    records skipped), so that each trace can be given its siblings."""
+
+    def __init__(self, source: str | Path, inputs: InputOptions):
+        self.correct: dict[str, list[tuple[str, str]]] = {}  # key -> [(trace id, response)]
+        for t in iter_traces(source, inputs.names(), "skip", split=inputs.split,
+                             subset=inputs.subset):
+            if isinstance(t, Trace) and trace_outcome(t) >= 0.5:
+                self.correct.setdefault(problem_key(t), []).append((t.id, t.response))
+
+    def of(self, trace: Trace) -> list[str]:
+        """The other right-answer responses to `trace`'s problem (never the trace itself)."""
+        return [r for tid, r in self.correct.get(problem_key(trace), []) if tid != trace.id]
+
+
+def sibling_index(source: str | Path | Sequence[Trace], inputs: InputOptions
+                  ) -> SiblingIndex | None:
+    """The `SiblingIndex` of an input path; None for traces given as a list (they have no
+    input of their own to find siblings in)."""
+    return SiblingIndex(source, inputs) if isinstance(source, (str, Path)) else None
 
 
 def load_traces(

@@ -23,7 +23,15 @@ from cotcredit.data.fields import FieldNames
 from cotcredit.data.trace import Trace, TraceError
 from cotcredit.errors import UserError
 from cotcredit.methods import TraceContext, get_method
-from cotcredit.pipeline.inputs import InputOptions, line_count, select, stream_traces
+from cotcredit.methods.base import reference_room
+from cotcredit.pipeline.inputs import (
+    InputOptions,
+    line_count,
+    select,
+    sibling_index,
+    stream_traces,
+)
+from cotcredit.run_cache import RunCache
 from cotcredit.segmentation import (
     SegmentOptions,
     segment_encoded,
@@ -182,6 +190,7 @@ def run_analysis(
     keep_rows: bool = True,
     timings: bool = False,
     rename: Mapping[str, str] | None = None,
+    cache: RunCache | None = None,
 ) -> RunSummary:
     """Segment every trace once and run each method on that segmentation.
 
@@ -191,6 +200,7 @@ def run_analysis(
     `summary.rows` (unless `keep_rows=False`). `timings` adds `cost_seconds` (wall seconds per
     trace and method) to the tables; token counts are always there. `rename` maps a method's
     row label to the label its rows get (e.g. {"rredcot": "rredcot-rhat"} for a variant).
+    `cache`: what the run builds once (`RunCache`; default: a new one).
     """
     from cotcredit.store.schema import run_key, table_schema
     from cotcredit.store.tables import TableWriter, rows_by_trace
@@ -215,6 +225,10 @@ def run_analysis(
         else _plain(seg_opts)
     )
     items = stream_traces(traces, inputs, require_answer=bool(specs))
+    cache = cache if cache is not None else RunCache()
+    # Each trace's siblings (the other right answers to its problem), for methods that read them.
+    siblings = (sibling_index(traces, inputs)
+                if any(spec.reads_siblings(opts[n]) for n, spec in specs.items()) else None)
     summary = RunSummary(outputs={k: Path(v) for k, v in (outputs or {}).items()})
     procs = distributed.processes()
     summary.main = procs.main
@@ -274,7 +288,6 @@ def run_analysis(
                 w.load_done()
 
     keep = keep_rows and not writers
-    needs_segments = stored is None
     total = line_count(traces, inputs) if progress and procs.main else 0
     if inputs.max_traces is not None and inputs.shard is None:
         total = min(total, inputs.max_traces)
@@ -294,8 +307,8 @@ def run_analysis(
                 continue
             try:
                 rows = _score_trace(
-                    trace, scorer, specs, opts, seg_opts, stored, segments_file,
-                    needs_segments, summary, timings, rename,
+                    trace, siblings.of(trace) if siblings is not None else None, scorer, cache,
+                    specs, opts, seg_opts, stored, segments_file, summary, timings, rename,
                 )
             except (UserError, TraceError) as e:
                 if inputs.on_error != "skip":
@@ -353,9 +366,9 @@ def _forward_tokens(scorer: Scorer) -> int:
     return int(getattr(scorer, "forward_tokens", 0))
 
 
-def _generation_stats(scorer: Scorer) -> tuple[int, int]:
-    """(prompt tokens prefilled, tokens sampled) by the scorer's generators so far."""
-    gens = getattr(scorer, "__dict__", {}).get("_generators", {}).values()
+def _generation_stats(cache: RunCache) -> tuple[int, int]:
+    """(prompt tokens prefilled, tokens sampled) by the run's generators so far."""
+    gens = cache.of_kind("generator")
     return (sum(int(g.stats.prompt_tokens) for g in gens), sum(int(g.stats.tokens) for g in gens))
 
 
@@ -374,14 +387,20 @@ def with_rendered_prompt(trace: Trace, scorer: Scorer) -> Trace:
 
 
 def _score_trace(
-    trace, scorer, specs, opts, seg_opts, stored, segments_file, needs_segments,
+    trace, siblings, scorer, cache, specs, opts, seg_opts, stored, segments_file,
     summary: RunSummary, timed: bool, rename: Mapping[str, str],
 ) -> dict[str, list[dict]]:
     from cotcredit.store.schema import check_finite
 
     t0, f0 = time.perf_counter(), _forward_tokens(scorer)
     trace = with_rendered_prompt(trace, scorer)
-    reserve = max([spec.reserve(scorer, trace, opts[n]) for n, spec in specs.items()] or [0])
+    notes: list[str] = []
+    # Each method's references, resolved once: room is kept for them, and `run` reads them.
+    references = {n: spec.references(trace, siblings, opts[n], notes)
+                  for n, spec in specs.items() if spec.references is not None}
+    reserve = max([spec.reserve(scorer, trace, opts[n])
+                   + reference_room(scorer, references.get(n, ())) for n, spec in specs.items()]
+                  or [0])
     enc = scorer.encode(trace, reserve=reserve)
     fwd = scorer.forward(enc.ids, keep_cache=bool(specs), stats_from=enc.prompt_len)
     if stored is not None:
@@ -392,7 +411,7 @@ def _score_trace(
         seg = step_segmentation(enc, fwd.entropies)
     else:
         seg = segment_encoded(enc, fwd.entropies, seg_opts)
-    ctx = TraceContext(scorer, enc, fwd, seg)
+    ctx = TraceContext(scorer, enc, fwd, seg, notes, siblings=siblings, cache=cache)
     shared = {"cost_forward_tokens": _forward_tokens(scorer) - f0}
     if timed:
         shared["cost_seconds"] = time.perf_counter() - t0
@@ -400,9 +419,9 @@ def _score_trace(
     rows: dict[str, list[dict]] = {SEGMENTS: [{**b, **shared} for b in base]}
     for name, spec in specs.items():
         t0, f0 = time.perf_counter(), _forward_tokens(scorer)
-        p0, g0 = _generation_stats(scorer)
-        result = spec.run(ctx, opts[name])
-        p1, g1 = _generation_stats(scorer)
+        p0, g0 = _generation_stats(cache)
+        result = spec.run(dataclasses.replace(ctx, references=references.get(name)), opts[name])
+        p1, g1 = _generation_stats(cache)
         # A method's cost is what a run of it alone would pay: its own passes, the prefill of
         # its rollouts, and the shared trace pass if it reads it.
         own = {"cost_forward_tokens": _forward_tokens(scorer) - f0 + p1 - p0,

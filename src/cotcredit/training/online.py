@@ -64,6 +64,7 @@ from cotcredit.methods.rredcot import (
     terminal_value,
 )
 from cotcredit.methods.rredcot import reserve as rredcot_reserve
+from cotcredit.run_cache import RunCache
 from cotcredit.segmentation import Segmentation, SegmentOptions, segment_encoded
 from cotcredit.training.advantages import batch_token_advantages as token_advantages
 
@@ -171,6 +172,7 @@ class OnlineRredcot:
         self.max_batch_tokens = max_batch_tokens
         self.name = name
         self._scorer: Scorer | None = None
+        self.cache = RunCache()  # what its calls build once (the answer forcing)
         # Completions scored with value 'both' that had no reference solution: their g is R̂
         # alone (v̂ needs the solution). Warned once, counted always: a caller that forgets to
         # pass solutions would otherwise get R̂ credit labelled as R̂ + v̂.
@@ -395,7 +397,7 @@ class OnlineRredcot:
         return [None]
 
     def _context(self, scorer: Scorer, row: _Row) -> TraceContext:
-        return TraceContext(scorer, row.enc, row.forward, row.segmentation)
+        return TraceContext(scorer, row.enc, row.forward, row.segmentation, cache=self.cache)
 
     def _unscorable(self, row: _Row, error: UserError) -> None:
         if self.on_unscorable == "raise":

@@ -35,6 +35,7 @@ import json
 import shutil
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +44,7 @@ import yaml
 from cotcredit import distributed
 from cotcredit.data.problems import load_problems
 from cotcredit.errors import UserError
-from cotcredit.lm.encoding import rendered_by_template
+from cotcredit.lm.encoding import rendered_by_template, template_markers
 from cotcredit.training.config import TrainConfig, load_config, lora_config, to_grpo_config
 from cotcredit.training.metrics import (
     CURVE_FILE,
@@ -73,10 +74,13 @@ class TrainResult:
     seconds: float
 
 
-def prompt_field(problem_prompt: str, chat: bool, system_prompt: str | None, tokenizer=None):
+def prompt_field(problem_prompt: str, chat: bool, system_prompt: str | None, tokenizer=None,
+                 markers: Sequence[str] | None = None):
     """The dataset's ``prompt`` value: chat messages for a chat model, else the raw text (also
-    for a prompt already in the model's chat format, as in analysis)."""
-    if not chat or (tokenizer is not None and rendered_by_template(tokenizer, problem_prompt)):
+    for a prompt already in the model's chat format, as in analysis; `markers`: the
+    tokenizer's `template_markers`, when known)."""
+    if not chat or (tokenizer is not None
+                    and rendered_by_template(tokenizer, problem_prompt, markers)):
         return problem_prompt
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     return [*messages, {"role": "user", "content": problem_prompt}]
@@ -103,10 +107,11 @@ def build_dataset(problems, chat: bool, system_prompt: str | None, tokenizer=Non
 
     # Several reference solutions (a `solutions` list) reach v̂ when any problem has them.
     listed = any(p.extra.get("solutions") for p in problems)
+    markers = template_markers(tokenizer) if tokenizer is not None else None
     return Dataset.from_list(
         [
             {
-                "prompt": prompt_field(p.prompt, chat, system_prompt, tokenizer),
+                "prompt": prompt_field(p.prompt, chat, system_prompt, tokenizer, markers),
                 "answer": p.answer,
                 "solution": p.solution,
                 "problem_id": p.id,
@@ -421,8 +426,10 @@ def train(
     eval_rows: list[dict] = []
     if eval_problems is not None:
         options = _eval_options(cfg, args)
+        markers = template_markers(tokenizer)
         eval_prompts = [
-            prompt_ids(tokenizer, prompt_field(p.prompt, chat, cfg.system_prompt, tokenizer))
+            prompt_ids(tokenizer, prompt_field(p.prompt, chat, cfg.system_prompt, tokenizer,
+                                               markers))
             for p in eval_problems
         ]
         settings = {

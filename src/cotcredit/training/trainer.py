@@ -105,6 +105,8 @@ class RredcotGRPOTrainer(GRPOTrainer):
         self.rredcot_seconds_total = 0.0  # this process's seconds in segment_rewards_fn so far
         self._scoring_examples = None
         self._rewards_per_func = None  # the last batch's rewards (all processes' rows)
+        self._signature_of = None  # the segment_rewards_fn `_accepts_example` was read from
+        self._accepts_example = False
         super().__init__(*args, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -155,7 +157,7 @@ class RredcotGRPOTrainer(GRPOTrainer):
     def _wants_example(self) -> bool:
         """Whether ``segment_rewards_fn`` takes the dataset row as keyword ``example``."""
         fn = self.segment_rewards_fn
-        if getattr(self, "_signature_of", None) is not fn:
+        if self._signature_of is not fn:
             try:
                 params = inspect.signature(fn).parameters.values()
             except (TypeError, ValueError):
@@ -194,7 +196,7 @@ class RredcotGRPOTrainer(GRPOTrainer):
         rewards: list[Sequence[float] | None] = [None] * len(plain)
         spans: list[Sequence[tuple[int, int]] | None] = [None] * len(plain)
         n_segments: list[int] = []
-        examples = getattr(self, "_scoring_examples", None)
+        examples = self._scoring_examples
         pass_example = (
             examples is not None and len(examples) == len(plain) and self._wants_example()
         )
