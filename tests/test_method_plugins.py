@@ -1,6 +1,6 @@
 """A method defined in one file outside cotcredit, registered through the entry point group
-`cotcredit.methods`, gets a command, runs through the API, and becomes a column of `compare`,
-with nothing else touched."""
+`cotcredit.methods`, gets a command, a Python function, a column of `compare`, a row of the
+bench's leaderboard and its pages in the docs, with nothing else touched."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 import cotcredit
 import cotcredit.methods
 from cotcredit.segmentation import SegmentOptions
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 PLUGIN = '''
 """tail: credit grows with the segment's position (a toy method defined outside cotcredit)."""
@@ -37,7 +39,8 @@ def run(ctx, options):
 SPEC = MethodSpec(
     name="tail", options_type=TailOptions, run=run, labels=lambda options: ["tail"],
     columns={"relative": "float64"}, show=("relative", "score"),
-    command=MethodCommand(name="tail", help="Credit by position.", default_output="tail.parquet"),
+    command=MethodCommand(name="tail", help="Credit by position.", default_output="tail.parquet",
+                          page="Later segments get more credit: a toy for the registry's tests."),
 )
 '''
 
@@ -59,6 +62,60 @@ def plugin(tmp_path, monkeypatch):
     monkeypatch.setattr(cotcredit.methods, "_REGISTRY", None)
     yield
     sys.modules.pop("cotcredit_tail_plugin", None)
+
+
+@pytest.fixture
+def installed(tmp_path):
+    """The `tail` method as a distribution on a path (its module and its entry point, as `pip
+    install` leaves them): the environment of a subprocess that has it installed."""
+    import os
+
+    site = tmp_path / "site-packages"
+    (site / "cotcredit_tail_plugin-0.1.dist-info").mkdir(parents=True)
+    (site / "cotcredit_tail_plugin.py").write_text(PLUGIN)
+    info = site / "cotcredit_tail_plugin-0.1.dist-info"
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: cotcredit-tail-plugin\n"
+                                   "Version: 0.1\n")
+    (info / "entry_points.txt").write_text("[cotcredit.methods]\ntail = cotcredit_tail_plugin:SPEC\n")
+    path = os.pathsep.join([str(site), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "NO_MKDOCS_2_WARNING": "1"}
+
+
+def test_an_installed_method_is_in_the_help_the_api_and_the_built_docs(installed, tmp_path):
+    """No file of cotcredit names the method: its command, its function and its pages (the
+    command page with its prose and flags, its place in the nav and the command index, its
+    module in the API reference) all come from the registry."""
+    import subprocess
+
+    def run(*args: str) -> str:
+        proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=installed,
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    assert "tail" in run("-m", "cotcredit", "--help")
+    assert "--scale" in run("-m", "cotcredit", "tail", "--help")
+    assert "cotcredit tail" in run("-c", "import cotcredit; print(cotcredit.tail.__doc__)")
+    site = tmp_path / "site"
+    run("-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(site))
+    page = (site / "commands" / "tail" / "index.html").read_text(encoding="utf-8")
+    assert "Later segments get more credit" in page and "--scale" in page
+    assert "cotcredit.tail(" in page
+    assert 'href="tail/"' in (site / "commands" / "index.html").read_text(encoding="utf-8")
+    assert 'href="commands/tail/"' in (site / "index.html").read_text(encoding="utf-8")  # nav
+    reference = (site / "reference" / "methods" / "index.html").read_text(encoding="utf-8")
+    assert 'id="cotcredit_tail_plugin"' in reference
+
+
+def test_the_plugin_is_a_row_of_the_bench(plugin, tmp_path):
+    from cotcredit.bench import BenchSize, run_bench
+
+    tiny = BenchSize(problems=3, samples=2, rollouts=2, n_boot=20, splits=2)
+    result = run_bench("unique", "tail", size=tiny, threads=1, output=tmp_path / "bench",
+                       cache=tmp_path / "cache", reports=False)
+    assert result.failures == []
+    assert "tail" in set(result.leaderboard["method"])
+    assert (tmp_path / "bench" / "unique" / "test" / "tail.parquet").exists()
 
 
 def test_the_plugin_is_registered_after_the_built_in_methods(plugin):

@@ -1,7 +1,14 @@
 """MkDocs hook for the cotcredit site (listed under `hooks:` in mkdocs.yml).
 
-Three jobs, so that the pages stay true to the code and the repository:
+Four jobs, so that the pages stay true to the code and the repository:
 
+- Every method command of the method registry (`cotcredit.methods.method_commands`: the
+  package's methods and those registered by entry point) gets its page `commands/NAME.md`,
+  made here from its `MethodCommand` (the prose its method file gives as `page`, its Python
+  function, its options), and its place in the nav after `segment`; the command index lists it
+  where `<!-- method-commands -->` stands, and the API reference documents every module of the
+  methods package, and the module of each method registered from outside it, where
+  `<!-- method-modules -->` stands. A method added in one file needs no page written by hand.
 - `<!-- cli-options CMD -->` in a page becomes the usage line and a table of every argument and
   option of `cotcredit CMD`, read from the command line itself (the same records `--help`
   prints), so a command page cannot fall behind its flags. An unknown command is a warning
@@ -28,6 +35,9 @@ from mkdocs.structure.files import File
 log = logging.getLogger("mkdocs.hooks.cotcredit")
 
 CLI_MARKER = re.compile(r"^<!-- cli-options ([\w-]+) -->$", re.M)
+COMMANDS_MARKER = "<!-- method-commands -->"
+MODULES_MARKER = "<!-- method-modules -->"
+COMMANDS_NAV, AFTER = "Commands", "segment"  # method commands go after this one in the nav
 # [text](target) and ![alt](target); titles after the target are kept as they are.
 LINK = re.compile(r"(?P<bang>!?)\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]+)(?P<title>\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
@@ -73,8 +83,73 @@ def _repo_target(target: str, page_src: Path, docs_dir: Path, root: Path) -> Pat
     return resolved
 
 
+# ---- the method commands' pages, from the registry -----------------------------------------
+def method_commands() -> dict:
+    """Command name -> (MethodCommand, specs) of the method registry."""
+    from cotcredit.methods import method_commands as registered
+
+    return registered()
+
+
+def method_command_page(name: str) -> str:
+    """The Markdown of the page of method command `name`: title, its method file's prose (else
+    its help's first paragraph), its Python function, its options."""
+    from cotcredit.pipeline.api import python_name
+
+    command, specs = method_commands()[name]
+    prose = command.page.strip() or command.help.split("\n\n", 1)[0].replace("\n", " ")
+    function = f"cotcredit.{python_name(name)}"
+    if len(specs) == 1:
+        options = specs[0].options_type
+        call = (f"`{function}(traces, output, options={options.__name__}(...), label=None)` "
+                f"(`{options.__module__}.{options.__name__}`)")
+    else:
+        call = (f"`{function}(traces, output, methods=[...])` (methods among "
+                f"{', '.join(f'`{s.name}`' for s in specs)}, or a mapping name -> options)")
+    return (f"# `cotcredit {name}`\n\n{prose}\n\n## From Python\n\n{call}, with the other "
+            "keyword arguments of `cotcredit.score`; it returns the run's summary "
+            "([From Python](../guides/python-api.md)).\n\n## Options\n\n"
+            f"<!-- cli-options {name} -->\n")
+
+
+def method_commands_rows() -> str:
+    """Rows of the command index's table for the method commands."""
+    rows = []
+    for name, (command, _) in method_commands().items():
+        what = command.help.split("\n", 1)[0].split(". ")[0].rstrip(".")
+        rows.append(f"| [`{name}`]({name}.md) | {_cell(what)} | `{command.default_output}` |")
+    return "\n".join(rows)
+
+
+def method_modules() -> list[str]:
+    """Every module of the methods package (its packages' modules too), then the module of each
+    method registered from outside it."""
+    import importlib
+    import pkgutil
+
+    from cotcredit.methods import registry
+
+    package = importlib.import_module("cotcredit.methods")
+    names = sorted(m.name for m in pkgutil.walk_packages(package.__path__, "cotcredit.methods."))
+    outside = [s.run.__module__ for s in registry().values()
+               if not s.run.__module__.startswith("cotcredit.")]
+    return names + list(dict.fromkeys(outside))
+
+
+def on_config(config):
+    """Put each method command's page in the nav, after `segment` (registry order)."""
+    for item in config.nav or []:
+        if isinstance(item, dict) and COMMANDS_NAV in item:
+            section = item[COMMANDS_NAV]
+            at = next(i for i, e in enumerate(section) if isinstance(e, dict) and AFTER in e)
+            pages = [{name: f"commands/{name}.md"} for name in method_commands()]
+            section[at + 1 : at + 1] = [p for p in pages if p not in section]
+    return config
+
+
 def on_files(files, config):
-    """Add the repository images that pages show to the site (under _repo/)."""
+    """Add each method command's page, and the repository images that pages show (under
+    _repo/), to the site."""
     docs_dir = Path(config.docs_dir).resolve()
     root = _repo_root(config)
     added: set[Path] = set()
@@ -93,6 +168,9 @@ def on_files(files, config):
                 added.add(target)
                 uri = f"{REPO_IMAGES}/{target.relative_to(root).as_posix()}"
                 files.append(File.generated(config, uri, abs_src_path=str(target)))
+    for name in method_commands():
+        files.append(File.generated(config, f"commands/{name}.md",
+                                    content=method_command_page(name)))
     return files
 
 
@@ -162,7 +240,8 @@ def _cli_options(markdown: str, page) -> str:
 def _repo_links(markdown: str, page, config) -> str:
     docs_dir = Path(config.docs_dir).resolve()
     root = _repo_root(config)
-    src = Path(page.file.abs_src_path)
+    # A generated page (a method command's) stands where its file would.
+    src = Path(page.file.abs_src_path or docs_dir / page.file.src_uri)
     repo_url = (config.repo_url or "").rstrip("/")
 
     def replace(m: re.Match) -> str:
@@ -187,5 +266,14 @@ def _repo_links(markdown: str, page, config) -> str:
                    for is_code, chunk in _outside_text(markdown))
 
 
+def _registry_markers(markdown: str) -> str:
+    if COMMANDS_MARKER in markdown:
+        markdown = markdown.replace(COMMANDS_MARKER, method_commands_rows())
+    if MODULES_MARKER in markdown:
+        markdown = markdown.replace(MODULES_MARKER,
+                                    "\n\n".join(f"::: {m}" for m in method_modules()))
+    return markdown
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
-    return _repo_links(_cli_options(markdown, page), page, config)
+    return _repo_links(_cli_options(_registry_markers(markdown), page), page, config)

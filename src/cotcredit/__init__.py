@@ -1,7 +1,8 @@
 """cotcredit: credit assignment on chain-of-thought traces.
 
 One function per command, with the command's behaviour (the CLI parses options, calls these,
-and prints)::
+and prints); a method command's function is made from the method registry, so a method added
+later has one too (`cotcredit.pipeline.api`)::
 
     import cotcredit
     cotcredit.segment("traces.jsonl", "segments.parquet")
@@ -33,16 +34,13 @@ before 0.3 (`cotcredit.traces`, ...) still work until 0.4 (`cotcredit._aliases`)
 
 from cotcredit import _aliases
 from cotcredit._lazy import lazy_index
-from cotcredit.version import __version__
+from cotcredit.version import __version__ as __version__
 
 _aliases.install()  # old import paths (cotcredit.traces, ...) keep working for one release
 
 _LAZY = {
     "segment": "cotcredit.pipeline.api",
-    "redistribute": "cotcredit.pipeline.api",
-    "mc_baseline": "cotcredit.pipeline.api",
-    "attribute": "cotcredit.pipeline.api",
-    "score": "cotcredit.pipeline.api",
+    "score": "cotcredit.pipeline.run",
     "compare": "cotcredit.report.compare",
     "export": "cotcredit.pipeline.export",
     "merge": "cotcredit.store.shards:merge_tables",
@@ -55,13 +53,17 @@ _LAZY = {
     "token_advantages": "cotcredit.training.advantages:batch_token_advantages",
 }
 
-__all__ = ["__version__", *_LAZY]
-_lazy_getattr, __dir__ = lazy_index(__name__, _LAZY)
+# The method commands' functions (redistribute, mc_baseline, attribute, ...) are made from the
+# registry: `pipeline.api.command_functions`.
+_lazy_getattr, __dir__ = lazy_index(__name__, _LAZY, "cotcredit.pipeline.api:command_functions")
 
 
 def __getattr__(name: str):
-    if f"{__name__}.{name}" in _aliases.ALIASES:  # `cotcredit.tables` without importing it
-        import importlib
+    import importlib
 
+    if name == "__all__":  # with the functions of the method commands, which the registry makes
+        made = importlib.import_module("cotcredit.pipeline.api").command_functions()
+        return ["__version__", *_LAZY, *made]
+    if f"{__name__}.{name}" in _aliases.ALIASES:  # `cotcredit.tables` without importing it
         return importlib.import_module(f"{__name__}.{name}")
     return _lazy_getattr(name)

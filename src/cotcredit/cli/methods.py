@@ -33,20 +33,11 @@ from cotcredit.cli.output import (
 )
 from cotcredit.cli.params import with_options
 from cotcredit.lm.loading import ModelOptions
-from cotcredit.methods import MethodCommand, MethodSpec, registry
+from cotcredit.methods import MethodCommand, MethodSpec, method_commands
 from cotcredit.options import comma_list
 from cotcredit.pipeline.inputs import InputOptions
 from cotcredit.pipeline.run import SEGMENTS
 from cotcredit.segmentation import SegmentOptions
-
-
-def method_commands() -> dict[str, tuple[MethodCommand, list[MethodSpec]]]:
-    """Command name -> (its `MethodCommand`, the specs that name it), in registry order."""
-    found: dict[str, tuple[MethodCommand, list[MethodSpec]]] = {}
-    for spec in registry().values():
-        if spec.command is not None:
-            found.setdefault(spec.command.name, (spec.command, []))[1].append(spec)
-    return found
 
 
 def _keyword(spec: MethodSpec) -> str:
@@ -88,7 +79,7 @@ def command_function(command: MethodCommand, specs: list[MethodSpec]):
             overwrite: bool, timings: bool, quiet: bool, inputs: InputOptions,
             model: ModelOptions, segment: SegmentOptions, method: str = "",
             label: str | None = None, **options: Any) -> None:
-        import cotcredit
+        from cotcredit.pipeline.run import score
 
         given = {spec.name: options[_keyword(spec)] for spec in specs}
         if shared:
@@ -96,7 +87,7 @@ def command_function(command: MethodCommand, specs: list[MethodSpec]):
             methods = {name: given.get(name) for name in names}
         else:
             methods = given
-        summary = cotcredit.score(
+        summary = score(
             traces, output, methods=methods, command=command.name, segment_options=segment,
             segments_file=segments_file, model=model, inputs=inputs, overwrite=overwrite,
             progress=not quiet, timings=timings, label=label,

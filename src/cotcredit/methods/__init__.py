@@ -36,6 +36,7 @@ __all__ = [
     "TraceContext",
     "get_method",
     "label_to_method",
+    "method_commands",
     "method_order",
     "parse_methods",
     "plugin_specs",
@@ -117,6 +118,16 @@ def parse_methods(methods: str | Sequence[str], flag: str = "--methods") -> list
     if not names:
         raise UserError(f"{flag}: name at least one method")
     return names
+
+
+def method_commands() -> dict[str, tuple[MethodCommand, list[MethodSpec]]]:
+    """Command name -> (its `MethodCommand`, the specs that name it), in registry order: what
+    the command line, the Python API and the docs make one command, function and page of."""
+    found: dict[str, tuple[MethodCommand, list[MethodSpec]]] = {}
+    for spec in registry().values():
+        if spec.command is not None:
+            found.setdefault(spec.command.name, (spec.command, []))[1].append(spec)
+    return found
 
 
 def shared_command(name: str) -> bool:

@@ -48,6 +48,35 @@ if TYPE_CHECKING:  # numpy and torch load with the model (keeps `--help` fast)
 
 
 #: The command of loo, shapley and gradient: one table of the methods chosen with --method.
+#: The page of `cotcredit attribute` in the docs (made from the registry).
+PAGE = """Leave-one-out, Shapley values and gradient attribution, on the same segments as every other
+method, into one table (`attr.parquet`). Each method's estimate, cost and evidence:
+[leave-one-out](../methods/loo.md), [Shapley values](../methods/shapley.md),
+[gradient attribution](../methods/gradient.md).
+
+```
+cotcredit attribute traces.jsonl --method loo                    # -> attr.parquet
+cotcredit attribute traces.jsonl --method loo,shapley,gradient --gradient ig,saliency
+```
+
+All attribution methods explain the same scalar, f(S) = log p(Y* | prompt ⊕ reasoning with the
+segments outside S removed ⊕ E), with RREDCoT's exit string and answer terminator. A segment is
+absent by deleting its tokens (by offset), or replaced by `--baseline-text`.
+
+- `loo`: f(all) − f(all but k); positive means the segment helped the answer.
+- `shapley`: segments are players; `--shapley-backend shap|captum`; exact when K ≤
+  `--exact-max`, else `--samples` sampled orderings with `--seed`. Exact values sum to
+  f(all) − f(none).
+- `gradient`: captum on the input embeddings, `--gradient ig,saliency,ixg` (integrated
+  gradients with `--steps`; saliency; input × gradient), token attributions summed per segment
+  as `score`, their L2 norm as `l2`, IG's convergence `delta`. Rows are labelled
+  `gradient-ig`, `gradient-saliency`, `gradient-ixg`.
+
+Coalitions are scored many per forward pass: a perturbed trace shares the original's tokens up
+to its first absent segment, so it is a continuation on the trace's KV cache, in the same packed
+passes as RREDCoT's probes. The default output is `attr.parquet`.
+"""
+
 ATTRIBUTE = MethodCommand(
     name="attribute",
     help="""Attribute f = log p(Y* | prompt + reasoning + E) to the reasoning segments.
@@ -60,6 +89,7 @@ embeddings, summed per segment (signed), with their L2 norm and the IG convergen
     method_help="Comma-separated: loo (f(all) - f(all but k)), shapley (Shapley values), "
     "gradient (captum on input embeddings). All write into one table.",
     default_methods="loo,shapley",
+    page=PAGE,
 )
 
 

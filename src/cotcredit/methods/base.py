@@ -77,6 +77,9 @@ class MethodCommand:
     show: str = "scores"  # what --show prints of one trace ("rewards", "values", "scores")
     method_help: str = ""  # shared command: the help of --method
     default_methods: str = ""  # shared command: the default of --method, e.g. "loo,shapley"
+    # Markdown of its page in the docs (examples, the output), between the title and the
+    # options the docs read from the command line ("": the help's first paragraph).
+    page: str = ""
 
     def hint(self, method: str, shared: bool) -> str:
         """How to make `method`'s table on the command line (for messages)."""

@@ -407,6 +407,27 @@ def remove_rollouts(options: McOptions) -> None:
         io.remove_table(options.save_rollouts)
 
 
+#: The page of `cotcredit mc-baseline` in the docs (made from the registry).
+PAGE = """Monte Carlo rollout values: from every segment boundary, sample completions of the reasoning,
+grade their answers, and credit each segment with the change in the fraction correct. The
+estimator, its cost and when to trust it: [Monte Carlo](../methods/mc.md).
+
+```
+cotcredit mc-baseline traces.jsonl                                  # -> mc.parquet, 8 rollouts
+cotcredit mc-baseline traces.jsonl -n 24 --max-new-tokens 256 --save-rollouts rollouts.parquet
+cotcredit mc-baseline traces.jsonl --backend vllm --vllm-arg tensor_parallel_size=2
+cotcredit mc-baseline traces.jsonl --rollouts auto --rollout-budget 16 --precision 0.2
+```
+
+Cut-off rollouts are counted (`n_truncated`) and count as wrong (`--truncated wrong`) or are
+left out (`--truncated drop`). `score_half_a` and `score_half_b` are the same credit from the
+even and the odd rollouts: `compare` correlates them to give MC's split-half reliability.
+`--max-boundaries M` scores M evenly spaced boundaries and interpolates between them.
+`--save-rollouts rollouts.parquet` keeps every completion; `compare` reads it for rollout
+equivalence. After a run the command prints the rollouts, the truncated share and the mean
+values at the first and last boundary (the [quickstart](../quickstart.md) shows one).
+"""
+
 MC_BASELINE = MethodCommand(
     name="mc-baseline",
     help="""Monte Carlo values: from every segment boundary sample N completions and grade them.
@@ -416,6 +437,7 @@ matches the reference (math-verify), stderr = sqrt(V_k (1 - V_k) / N); the credi
 k is V_k - V_(k-1), so a trace's credits sum to V_K - V_0.""",
     default_output="mc.parquet",
     show="values",
+    page=PAGE,
 )
 
 SPEC = MethodSpec(

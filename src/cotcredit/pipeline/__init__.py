@@ -4,9 +4,11 @@ Layer 6 of cotcredit (it imports the layers below: data, store, lm, segmentation
 modules:
 
 * ``inputs``: which traces a run reads, and every check a run can make before its model loads;
-* ``run``: ``run_analysis``, the one path every analysis takes (traces -> encode -> one forward
-  pass -> segments -> methods -> rows appended per trace to Parquet tables);
-* ``api``: one function per command (``cotcredit.segment``, ``cotcredit.redistribute``, ...);
+* ``run``: ``score`` and ``run_analysis``, the one path every analysis takes (traces -> encode
+  -> one forward pass -> segments -> methods -> rows appended per trace to Parquet tables);
+* ``summary``: ``RunSummary``, what a run did, and reading its rows back;
+* ``api``: ``segment`` and one function per method command, made from the registry
+  (``cotcredit.redistribute``, ...);
 * ``generate``: sampling graded traces from a problem set;
 * ``scores``: reading score tables back (checked to share one segmentation), and finding
   each method's table in a folder;
@@ -22,16 +24,15 @@ from cotcredit._lazy import lazy_index
 _WHERE = {
     **dict.fromkeys((
         "InputOptions", "parse_shard", "in_shard", "stream_traces", "select", "load_traces",
-        "check_inputs",
+        "check_inputs", "SiblingIndex", "sibling_index", "problem_key",
     ), "cotcredit.pipeline.inputs"),
     **dict.fromkeys((
-        "SEGMENTS", "RunSummary", "fields_spec", "segment_columns", "run_analysis",
+        "score", "scorer_for", "fields_spec", "segment_columns", "run_analysis",
         "with_rendered_prompt",
     ), "cotcredit.pipeline.run"),
-    **dict.fromkeys((
-        "scorer_for", "segment", "score", "redistribute", "mc_baseline", "ATTRIBUTION_METHODS",
-        "attribute",
-    ), "cotcredit.pipeline.api"),
+    **dict.fromkeys(("SEGMENTS", "RunSummary"), "cotcredit.pipeline.summary"),
+    **dict.fromkeys(("segment", "command_function", "command_functions"),
+                    "cotcredit.pipeline.api"),
     **dict.fromkeys((
         "GenerateOptions", "GenerateSummary", "generate_traces",
     ), "cotcredit.pipeline.generate"),
@@ -45,4 +46,6 @@ _WHERE = {
 }
 
 __all__ = sorted(_WHERE)
-__getattr__, __dir__ = lazy_index(__name__, _WHERE)
+# The method commands' functions (redistribute, mc_baseline, attribute, ...) are made from the
+# registry: `api.command_functions`.
+__getattr__, __dir__ = lazy_index(__name__, _WHERE, "cotcredit.pipeline.api:command_functions")

@@ -1,8 +1,10 @@
 """The one path every analysis takes: traces → encode → one forward pass → segments → methods
 → rows appended per trace to Parquet tables.
 
-`run_analysis` is what `segment`, `redistribute`, `mc-baseline`, `attribute` and `compare` call.
-The traces are read as a stream and each trace's rows go to disk as soon as it is scored, so
+`score` is what every analysis command calls (`segment`, `redistribute`, `mc-baseline`,
+`attribute`, a method command added later; `compare` calls `run_analysis` itself): it checks
+the inputs before the model loads, loads it, and runs `run_analysis`. The traces are read as a
+stream and each trace's rows go to disk as soon as it is scored, so
 memory does not grow with the number of traces. Under a launcher (torchrun, accelerate launch)
 every process reads the stream, scores the traces whose id hashes to it, writes its own parts
 of the output folders; the main process then compacts them and reports for the whole run.
@@ -14,7 +16,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,15 +24,18 @@ from cotcredit import distributed
 from cotcredit.data.fields import FieldNames
 from cotcredit.data.trace import Trace, TraceError
 from cotcredit.errors import UserError
-from cotcredit.methods import TraceContext, get_method
+from cotcredit.lm.loading import ModelOptions, model_location
+from cotcredit.methods import TraceContext, get_method, registry
 from cotcredit.methods.base import reference_room
 from cotcredit.pipeline.inputs import (
     InputOptions,
+    check_inputs,
     line_count,
     select,
     sibling_index,
     stream_traces,
 )
+from cotcredit.pipeline.summary import SEGMENTS, RunSummary
 from cotcredit.run_cache import RunCache
 from cotcredit.segmentation import (
     SegmentOptions,
@@ -38,85 +43,94 @@ from cotcredit.segmentation import (
     segmentation_from_rows,
     step_segmentation,
 )
-from cotcredit.store import io
 from cotcredit.version import __version__
 
-if TYPE_CHECKING:  # pyarrow and the model stack load with the run (keeps `--help` fast)
-    import pyarrow as pa
-
+if TYPE_CHECKING:  # the model stack loads with the run (keeps `--help` fast)
     from cotcredit.lm import Scorer
     from cotcredit.store.tables import TableWriter
 
-SEGMENTS = "segments"  # the output label of the segmentation itself
+    Model = str | Path | Scorer | ModelOptions | None
+    Traces = str | Path | Sequence[Trace]
 
 
-@dataclass
-class RunSummary:
-    """What a run did: counts, per-trace errors, notes said once, outputs written.
+def score(
+    traces: Traces,
+    output: str | Path | None = None,
+    *,
+    methods: str | Sequence[str] | Mapping[str, Any],
+    segment_options: SegmentOptions | None = None,
+    segments_file: str | Path | None = None,
+    model: Model = None,
+    inputs: InputOptions | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    timings: bool = False,
+    label: str | None = None,
+    command: str | None = None,
+) -> RunSummary:
+    """Run any registered methods (``cotcredit.methods.registry``) on one segmentation of each
+    trace, their rows into one table: what every analysis command does.
 
-    Under a launcher the main process's summary covers every process; the others have
-    `main=False` and print nothing. `rows` holds rows only for a run without output paths;
-    `read_rows` reads a run's rows back from its outputs.
+    ``methods``: a method name, several (default options each), or name -> options (None:
+    defaults), e.g. ``{"rredcot": RredcotOptions(value="rhat")}``; none: the segmentation
+    alone. ``label`` (one method): the method label of its rows (e.g. "rredcot-rhat" for a
+    variant compared with others). ``command``: the methods must be those of this command
+    (``MethodSpec.command``), as on its command line. With ``overwrite``, what a method keeps
+    beside its table is replaced too (``MethodSpec.overwrite``: mc's rollouts table). The
+    inputs and options are checked before the model loads. ``traces``: any input the commands
+    read or a list of `Trace`s; ``model``: a name, path, `ModelOptions` or `Scorer` (None: the
+    embedded model); without ``output`` the rows stay in memory (``frame()`` reads them).
     """
+    if isinstance(methods, str):
+        methods = [methods]
+    if not isinstance(methods, Mapping):
+        methods = {name: None for name in methods}
+    if command is not None:
+        allowed = [n for n, s in registry().items() if s.command and s.command.name == command]
+        bad = [m for m in methods if m not in allowed]
+        if bad or not methods:
+            raise UserError(
+                f"--method: unknown method '{','.join(bad)}' (use a comma-separated list of "
+                f"{', '.join(allowed)})"
+            )
+    if label and len(methods) != 1:
+        raise UserError("--label names the rows of one method; give one method")
+    check_inputs(traces, methods=methods, segment_options=segment_options,
+                 segments_file=segments_file, inputs=inputs)  # before the model loads
+    if overwrite:
+        for name, options in methods.items():
+            spec = get_method(name)
+            spec.overwrite(options if options is not None else spec.options_type())
+    outputs = dict.fromkeys(list(methods) or [SEGMENTS], output) if output else {}
+    return run_analysis(
+        traces, scorer_for(model, progress), methods=dict(methods),
+        segment_options=segment_options, segments_file=segments_file, outputs=outputs,
+        inputs=inputs, overwrite=overwrite, progress=progress, timings=timings,
+        rename={next(iter(methods)): label} if label else None,
+    )
 
-    outputs: dict[str, Path]
-    scored: list[str] = field(default_factory=list)
-    resumed: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    rows: dict[str, list[dict]] = field(default_factory=dict)  # label -> rows (no outputs only)
-    paths: dict[str, Path] = field(default_factory=dict)  # row label -> table it was written to
-    main: bool = True
 
-    def frame(self, label: str | None = None):
-        """The rows as a pandas DataFrame: the whole output table of `label` (default: the
-        run's method, else the segmentation), resumed traces included; without an output,
-        the rows this run kept."""
-        import pandas as pd
+def scorer_for(model: Model, progress: bool = False) -> Scorer:
+    """A loaded scorer for a model name, path, `ModelOptions` or scorer (None: embedded);
+    `progress` shows "loading model" on a terminal's stderr while it loads. A `--model` path
+    that does not exist fails here, before torch and transformers are imported."""
+    if model is None or isinstance(model, (str, Path)):
+        model = ModelOptions(model=None if model is None else str(model))
+    if not isinstance(model, ModelOptions):
+        return model  # a loaded Scorer
+    if model.model is not None:
+        model_location(model.model)
+    from cotcredit.lm import load_scorer
 
-        labels = list(self.paths) or list(self.rows)
-        label = label or next((lab for lab in labels if lab != SEGMENTS), SEGMENTS)
-        path = self.paths.get(label)
-        if path is not None and path.exists():
-            return io.read_table(path).to_pandas()
-        return pd.DataFrame(self.rows.get(label, []))
+    if not progress:
+        return load_scorer(model)
+    from rich.console import Console
 
-    def read_rows(
-        self, label: str, trace_id: str | None = None, columns: list[str] | None = None
-    ) -> list[dict]:
-        """Rows of `label` scored by this run (of one trace if `trace_id`), in memory or read
-        back from the output table (only `columns`, if given)."""
-        if label in self.rows:
-            rows = self.rows[label]
-            rows = [r for r in rows if trace_id is None or r["trace_id"] == trace_id]
-            return [{c: r.get(c) for c in columns} for r in rows] if columns else rows
-        return self.read_table(label, trace_id, columns).to_pylist()
+    with Console(stderr=True).status("loading model"):
+        return load_scorer(model)
 
-    def read_table(
-        self, label: str, trace_id: str | None = None, columns: list[str] | None = None
-    ) -> pa.Table:
-        """`read_rows` as an Arrow table (for many rows), read back from the output table."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
 
-        if label in self.rows:
-            return pa.Table.from_pylist(self.read_rows(label, trace_id, columns))
-        path = self.paths.get(label)
-        if path is None or not path.exists():
-            return pa.table({c: [] for c in columns or []})
-        files = io.files_of(path)
-        names = io.open_file(files[0]).schema_arrow.names if files else []
-        wanted_columns = None
-        if columns:
-            extra = ["trace_id", *(["method"] if "method" in names else [])]
-            wanted_columns = list(dict.fromkeys([*columns, *extra]))
-        table = io.read_table(path, wanted_columns)
-        if "method" in table.column_names and label != SEGMENTS:
-            table = table.filter(pc.equal(table.column("method"), label))
-        wanted = [trace_id] if trace_id is not None else self.scored
-        table = table.filter(pc.is_in(table.column("trace_id"), pa.array(wanted, pa.string())))
-        return table.select(columns) if columns else table
+
 
 
 def _plain(obj: Any) -> Any:

@@ -234,6 +234,37 @@ class RredcotOptions:
         return self
 
 
+#: The page of `cotcredit redistribute` in the docs (made from the registry).
+PAGE = """RREDCoT segment rewards: at every segment boundary, the model's probability of the reference
+answer if forced to answer now (R̂) and of continuing along a known path to the answer (v̂: the
+part of each reference solution, listed or a right-answer sibling in the input, that remains
+after the boundary, then the answer); the rewards are the differences of their sum and add up
+to the trace's outcome. What it estimates, the formula and when to trust it: [RREDCoT](../methods/rredcot.md).
+
+```
+cotcredit redistribute traces.jsonl                              # -> rredcot.parquet
+cotcredit redistribute traces.jsonl --segments-file segments.parquet
+cotcredit redistribute traces.jsonl -k lines                     # one segment per reasoning line
+cotcredit redistribute traces.jsonl --value rhat --label rredcot-rhat -o rredcot-rhat.parquet
+```
+
+Segments as [`cotcredit segment`](segment.md) makes them (same options), or the ones a
+`--segments-file` holds. Traces without a reference solution use R̂ alone and the run says so
+once.
+
+## Output
+
+With `--sum-to return` (default) the first segment also receives g_0,
+so a trace's rewards sum to ζ; with `--sum-to advantage` they sum to ζ − g_0. Columns: `score`
+(= r_k), `r_hat`, `v_hat` (at the end of the segment), `r_hat_before`, `v_hat_before`,
+`g_before`, `g_after`, `correction` (non-zero on the last segment only), `outcome`, `terminal`
+(the outcome in g's space), `space`, `sum_to`.
+`--label NAME` writes the rows under another method name, for variants side by side
+(`--value rhat --label rredcot-rhat`).
+
+Besides the columns every table has ([Outputs](../guides/outputs.md)).
+"""
+
 REDISTRIBUTE = MethodCommand(
     name="redistribute",
     help="""RREDCoT: redistribute each trace's outcome over its reasoning segments.
@@ -248,6 +279,7 @@ g_k = exp(R̂_k) + exp(v̂_k), segment k's reward is r_k = g_k - g_(k-1), and th
 absorbs the outcome - g_K, so rewards sum to the outcome.""",
     default_output="rredcot.parquet",
     show="rewards",
+    page=PAGE,
 )
 
 SPEC = MethodSpec(
