@@ -252,3 +252,56 @@ def test_every_name_of_a_package_index_is_where_the_index_says():
                 assert obj.__module__ == module, (package, name, obj.__module__)
             checked += 1
     assert checked > 150
+
+
+# ---- the path of `cotcredit redistribute` -----------------------------------------------------
+CARRY = ("cli/", "pipeline/", "methods/")  # the layers that carry a trace along
+
+
+def redistribute_path(traces, model_dir, out) -> dict[str, set[str]]:
+    """File (under src/cotcredit) -> functions that `cotcredit redistribute` runs in the layers
+    that carry the trace (`CARRY`), with every cotcredit function they call (one level into the
+    lower layers; calls made by the import system are not the path's)."""
+    import os
+    import sys
+
+    from cotcredit.cli import main
+
+    root = str(PACKAGE)
+    found: dict[str, set[str]] = {}
+
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if event != "call" or not code.co_filename.startswith(root):
+            return
+        if code.co_name.startswith("<") and code.co_name != "<lambda>":
+            return  # module bodies, comprehensions
+        caller = frame.f_back
+        while caller is not None and not caller.f_code.co_filename.startswith(root):
+            if "importlib" in caller.f_code.co_filename:
+                return
+            caller = caller.f_back  # through other packages' frames (typer, click)
+        here = os.path.relpath(code.co_filename, root)
+        by = os.path.relpath(caller.f_code.co_filename, root) if caller is not None else ""
+        if here.startswith(CARRY) or by.startswith(CARRY):
+            found.setdefault(here, set()).add(code.co_qualname)
+
+    sys.setprofile(profile)
+    try:
+        main(["redistribute", str(traces), "--model", str(model_dir), "-o", str(out), "-q",
+              "-k", "3"])
+    except SystemExit as e:
+        assert not e.code
+    finally:
+        sys.setprofile(None)
+    return found
+
+
+def test_the_architecture_page_lists_every_file_on_the_path_of_redistribute(
+        traces_file, tiny_model_dir, tmp_path):
+    page = (SRC.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = page.split("## The path of `cotcredit redistribute`")[1].split("\n## ")[0]
+    path = redistribute_path(traces_file, tiny_model_dir, tmp_path / "rredcot.parquet")
+    assert "methods/rredcot/probes.py" in path and "store/tables.py" in path
+    missing = sorted(f for f in path if f"`{f}`" not in section)
+    assert not missing, f"docs/architecture.md does not list {missing} on the path"
