@@ -18,25 +18,13 @@ from typing import Annotated, Any
 
 import typer
 
-from cotcredit.cli.output import (
-    Label,
-    Overwrite,
-    Quiet,
-    SegmentsFile,
-    Timings,
-    Traces,
-    err,
-    output_option,
-    report_run,
-    show_option,
-    show_trace,
-)
+from cotcredit.cli import output as cli_output
 from cotcredit.cli.params import with_options
 from cotcredit.lm.loading import ModelOptions
 from cotcredit.methods import MethodCommand, MethodSpec, method_commands
 from cotcredit.options import comma_list
 from cotcredit.pipeline.inputs import InputOptions
-from cotcredit.pipeline.run import SEGMENTS
+from cotcredit.pipeline.run import SEGMENTS, score
 from cotcredit.segmentation import SegmentOptions
 
 
@@ -49,24 +37,27 @@ def _signature(command: MethodCommand, shared: bool) -> inspect.Signature:
     """The command's own parameters (the options classes' come from `with_options`)."""
     p = inspect.Parameter
     params = [
-        p("traces", p.POSITIONAL_OR_KEYWORD, annotation=Traces),
+        p("traces", p.POSITIONAL_OR_KEYWORD, annotation=cli_output.Traces),
         p("output", p.POSITIONAL_OR_KEYWORD, default=Path(command.default_output),
-          annotation=output_option()),
+          annotation=cli_output.output_option()),
     ]
     if shared:
         params.append(p("method", p.POSITIONAL_OR_KEYWORD, default=command.default_methods,
                         annotation=Annotated[str, typer.Option(
                             "--method", help=command.method_help)]))
     params += [
-        p("segments_file", p.POSITIONAL_OR_KEYWORD, default=None, annotation=SegmentsFile),
-        p("show", p.POSITIONAL_OR_KEYWORD, default=None, annotation=show_option(command.show)),
+        p("segments_file", p.POSITIONAL_OR_KEYWORD, default=None,
+          annotation=cli_output.SegmentsFile),
+        p("show", p.POSITIONAL_OR_KEYWORD, default=None,
+          annotation=cli_output.show_option(command.show)),
     ]
     if not shared:
-        params.append(p("label", p.POSITIONAL_OR_KEYWORD, default=None, annotation=Label))
+        params.append(p("label", p.POSITIONAL_OR_KEYWORD, default=None,
+                          annotation=cli_output.Label))
     params += [
-        p("overwrite", p.POSITIONAL_OR_KEYWORD, default=False, annotation=Overwrite),
-        p("timings", p.POSITIONAL_OR_KEYWORD, default=False, annotation=Timings),
-        p("quiet", p.POSITIONAL_OR_KEYWORD, default=False, annotation=Quiet),
+        p("overwrite", p.POSITIONAL_OR_KEYWORD, default=False, annotation=cli_output.Overwrite),
+        p("timings", p.POSITIONAL_OR_KEYWORD, default=False, annotation=cli_output.Timings),
+        p("quiet", p.POSITIONAL_OR_KEYWORD, default=False, annotation=cli_output.Quiet),
     ]
     return inspect.Signature(params)
 
@@ -79,8 +70,6 @@ def command_function(command: MethodCommand, specs: list[MethodSpec]):
             overwrite: bool, timings: bool, quiet: bool, inputs: InputOptions,
             model: ModelOptions, segment: SegmentOptions, method: str = "",
             label: str | None = None, **options: Any) -> None:
-        from cotcredit.pipeline.run import score
-
         given = {spec.name: options[_keyword(spec)] for spec in specs}
         if shared:
             names = comma_list(method)
@@ -92,18 +81,18 @@ def command_function(command: MethodCommand, specs: list[MethodSpec]):
             segments_file=segments_file, model=model, inputs=inputs, overwrite=overwrite,
             progress=not quiet, timings=timings, label=label,
         )
-        report_run(summary, quiet)
+        cli_output.report_run(summary, quiet)
         if shared:
             labels = [lab for lab in summary.paths if lab != SEGMENTS]
-            show_trace(summary, labels, show, labels)
+            cli_output.show_trace(summary, labels, show, labels)
             return
         spec = specs[0]
         row_label = label or spec.name
         if spec.summary is not None and summary.main and summary.scored and not quiet:
             table = spec.summary(summary, row_label, given[spec.name])
             if table is not None:
-                err.print(table)
-        show_trace(summary, [row_label], show, list(spec.show))
+                cli_output.err.print(table)
+        cli_output.show_trace(summary, [row_label], show, list(spec.show))
 
     run.__name__ = command.name.replace("-", "_")
     run.__doc__ = command.help

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from cotcredit.data.grading import grade_completion
 from cotcredit.data.problems import Problem as DataProblem
@@ -51,18 +51,6 @@ from cotcredit.training.scoring import OneAtATime, PolicySegmentRewards, prompt_
 
 SOURCES = ("grpo", "rredcot", "mc", "oracle", "shuffled")
 SegmentRewards = tuple[list[float], list[tuple[int, int]]]
-
-
-class CreditSource(Protocol):
-    """What the trainer calls once per generation batch (see the module docstring)."""
-
-    def score_batch(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        completion_ids: Sequence[Sequence[int]],
-        examples: Sequence[dict],
-        outcomes: Sequence[float | None] | None = None,
-    ) -> list[SegmentRewards | None]: ...
 
 
 # ---- oracle ----------------------------------------------------------------------------------
