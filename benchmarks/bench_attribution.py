@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> dict:
     fwd = scorer.forward(enc.ids, keep_cache=True)
     seg = segment_encoded(enc, fwd.entropies, SegmentOptions(segments=args.segments))
     K = len(seg)
-    forcing = answer_forcing(scorer, trace, target.forcing)
+    forcing = answer_forcing(scorer, target.forcing)
     assert not forcing.terminators
 
     # ---- cotcredit ---------------------------------------------------------------------------

@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     from transformers.utils import logging as hf_logging
 
     from cotcredit.lm import ModelOptions, load_scorer
-    from cotcredit.lm.sampling import get_generator
     from cotcredit.methods.mc import McOptions
     from cotcredit.pipeline.inputs import InputOptions
     from cotcredit.pipeline.run import SEGMENTS, run_analysis
+    from cotcredit.run_cache import RunCache
     from cotcredit.segmentation import SegmentOptions
 
     hf_logging.disable_progress_bar()
@@ -82,9 +82,10 @@ def main(argv: list[str] | None = None) -> None:
                        outputs={SEGMENTS: seg_file}, inputs=inputs)
     n_traces = len(seg.scored)
     ends: dict[str, int] = {}
-    for r in seg.rows[SEGMENTS]:
+    segments = seg.read_rows(SEGMENTS)  # read back from the table the run wrote
+    for r in segments:
         ends[r["trace_id"]] = max(ends.get(r["trace_id"], 0), r["token_end"])
-    bounds = len(seg.rows[SEGMENTS]) + n_traces
+    bounds = len(segments) + n_traces
 
     t = time.perf_counter()
     rr = run_analysis(traces, scorer, methods={"rredcot": None}, segments_file=seg_file,
@@ -94,21 +95,20 @@ def main(argv: list[str] | None = None) -> None:
     opts = McOptions(rollouts=args.rollouts, temperature=args.temperature, top_p=args.top_p,
                      max_new_tokens=args.max_new_tokens, seed=args.seed,
                      batch_size=args.batch_size, backend=args.backend)
-    gen = get_generator(scorer, args.backend)
-    before = (gen.stats.completions, gen.stats.tokens, gen.stats.seconds)
+    run = RunCache()  # holds the run's generator, whose counts are read below
     t = time.perf_counter()
-    res = run_analysis(traces, scorer, methods={"mc": opts}, segments_file=seg_file, inputs=inputs)
+    res = run_analysis(traces, scorer, methods={"mc": opts}, segments_file=seg_file,
+                       inputs=inputs, cache=run)
     mc_s = time.perf_counter() - t
-    comps = gen.stats.completions - before[0]
-    toks = gen.stats.tokens - before[1]
-    gen_s = gen.stats.seconds - before[2]
+    (gen,) = run.of_kind("generator")
+    comps, toks, gen_s = gen.stats.completions, gen.stats.tokens, gen.stats.seconds
     rows = res.rows["mc"]
     first = {r["trace_id"]: r for r in rows}
     truncated = sum(r["trace_truncated"] for r in first.values())
 
     figures = {
         "model": scorer.name, "device": str(scorer.device), "traces": n_traces,
-        "segments_per_trace": round(len(seg.rows[SEGMENTS]) / max(n_traces, 1), 2),
+        "segments_per_trace": round(len(segments) / max(n_traces, 1), 2),
         "reasoning_tokens_per_trace": round(sum(ends.values()) / max(len(ends), 1), 1),
         "rollouts_per_boundary": args.rollouts, "boundaries": bounds,
         "max_new_tokens": args.max_new_tokens, "completions": comps,

@@ -140,8 +140,8 @@ class RredcotOptions:
     `mixture`, `empty_part`, `combination`; `paths`) default to the variant a comparison
     on the benchmark's regimes chose by a rule fixed before its runs (studies/value/):
     `references="siblings"` (the trace's `solution`, its `solutions` list, then the other
-    right-answer responses to the same problem, at most `max_references`; a trace with no file
-    to read them from follows its listed solutions alone), `solution_part="matched"` (the steps
+    right-answer responses to the same problem, at most `max_references`; a trace given in a
+    list, with no input to find them in, follows its listed solutions alone), `solution_part="matched"` (the steps
     after the last reference step the state has written) and `empty_part="drop"` (the last
     boundary counts the answer once). On the held-out `multipath` split it blamed validly
     departing correct traces 0.32 of the time against 0.83 for the earlier default, with no loss
@@ -175,8 +175,8 @@ class RredcotOptions:
         "siblings", choices=REFERENCES,
         help="The known paths of v̂: solution: the trace's reference solution; solutions: "
         "also its 'solutions' field (a list); siblings: also the other right-answer responses "
-        "to the same problem (same 'problem_id', else prompt, in the input file; traces not "
-        "read from a file: the listed ones alone, with a note).",
+        "to the same problem (same 'problem_id', else prompt, in the run's input; traces given "
+        "as a list: the listed ones alone, with a note).",
     )
     max_references: int = option(8, help="At most this many distinct references per trace.")
     mixture: str = option(
