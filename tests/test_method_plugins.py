@@ -105,6 +105,8 @@ def test_an_installed_method_is_in_the_help_the_api_and_the_built_docs(installed
     assert 'href="commands/tail/"' in (site / "index.html").read_text(encoding="utf-8")  # nav
     reference = (site / "reference" / "methods" / "index.html").read_text(encoding="utf-8")
     assert 'id="cotcredit_tail_plugin"' in reference
+    methods = (site / "methods" / "index.html").read_text(encoding="utf-8")
+    assert "<code>tail</code>" in methods and 'href="../commands/tail/"' in methods
 
 
 def test_the_plugin_is_a_row_of_the_bench(plugin, tmp_path):

@@ -6,9 +6,10 @@ Four jobs, so that the pages stay true to the code and the repository:
   package's methods and those registered by entry point) gets its page `commands/NAME.md`,
   made here from its `MethodCommand` (the prose its method file gives as `page`, its Python
   function, its options), and its place in the nav after `segment`; the command index lists it
-  where `<!-- method-commands -->` stands, and the API reference documents every module of the
-  methods package, and the module of each method registered from outside it, where
-  `<!-- method-modules -->` stands. A method added in one file needs no page written by hand.
+  where `<!-- method-commands -->` stands, the methods' table has a row for each method it does
+  not describe yet where `<!-- more-methods -->` stands, and the API reference documents every
+  module of the methods package, and the module of each method registered from outside it,
+  where `<!-- method-modules -->` stands. A method added in one file needs no page written by hand.
 - `<!-- cli-options CMD -->` in a page becomes the usage line and a table of every argument and
   option of `cotcredit CMD`, read from the command line itself (the same records `--help`
   prints), so a command page cannot fall behind its flags. An unknown command is a warning
@@ -36,6 +37,7 @@ log = logging.getLogger("mkdocs.hooks.cotcredit")
 
 CLI_MARKER = re.compile(r"^<!-- cli-options ([\w-]+) -->$", re.M)
 COMMANDS_MARKER = "<!-- method-commands -->"
+METHODS_MARKER = "<!-- more-methods -->"
 MODULES_MARKER = "<!-- method-modules -->"
 COMMANDS_NAV, AFTER = "Commands", "segment"  # method commands go after this one in the nav
 # [text](target) and ![alt](target); titles after the target are kept as they are.
@@ -118,6 +120,22 @@ def method_commands_rows() -> str:
     for name, (command, _) in method_commands().items():
         what = command.help.split("\n", 1)[0].split(". ")[0].rstrip(".")
         rows.append(f"| [`{name}`]({name}.md) | {_cell(what)} | `{command.default_output}` |")
+    return "\n".join(rows)
+
+
+def more_method_rows(markdown: str) -> str:
+    """Rows of the methods' table for each registered method none of whose row labels the
+    page names yet (a method added later): its name, labels and description."""
+    from cotcredit.methods import registry
+
+    rows = []
+    for name, spec in registry().items():
+        if any(f"`{label}`" in markdown for label in spec.all_labels):
+            continue
+        labels = ", ".join(f"`{label}`" for label in spec.all_labels)
+        command = (f" ([`cotcredit {spec.command.name}`](../commands/{spec.command.name}.md))"
+                   if spec.command else "")
+        rows.append(f"| {name}{command} | {labels} | {_cell(spec.description)} | | |")
     return "\n".join(rows)
 
 
@@ -267,6 +285,8 @@ def _repo_links(markdown: str, page, config) -> str:
 
 
 def _registry_markers(markdown: str) -> str:
+    if METHODS_MARKER in markdown:
+        markdown = markdown.replace(METHODS_MARKER, more_method_rows(markdown))
     if COMMANDS_MARKER in markdown:
         markdown = markdown.replace(COMMANDS_MARKER, method_commands_rows())
     if MODULES_MARKER in markdown:
