@@ -76,7 +76,8 @@ def installed(tmp_path):
     info = site / "cotcredit_tail_plugin-0.1.dist-info"
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: cotcredit-tail-plugin\n"
                                    "Version: 0.1\n")
-    (info / "entry_points.txt").write_text("[cotcredit.methods]\ntail = cotcredit_tail_plugin:SPEC\n")
+    (info / "entry_points.txt").write_text("[cotcredit.methods]\n"
+                                           "tail = cotcredit_tail_plugin:SPEC\n")
     path = os.pathsep.join([str(site), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "NO_MKDOCS_2_WARNING": "1"}
 

@@ -131,9 +131,9 @@ def _answer_room(scorer, trace: Trace) -> int:
 
 @dataclass(frozen=True)
 class RredcotOptions:
-    """Options of RREDCoT. `value` is `both` (R̂ + v̂) since the re-check on the organism's development
-    split (studies/vhat_selection/organism/), where it beat R̂ alone on localization and MC
-    agreement in both regimes, having not hurt on the lookup development traces; a trace
+    """Options of RREDCoT. `value` is `both` (R̂ + v̂) since the re-check on the organism's
+    development split (studies/vhat_selection/organism/), where it beat R̂ alone on localization
+    and MC agreement in both regimes, having not hurt on the lookup development traces; a trace
     without a reference solution gets R̂ alone, with a note.
 
     The value options for a reference that is one path of many (`references`, `solution_part`,
@@ -141,9 +141,9 @@ class RredcotOptions:
     on the benchmark's regimes chose by a rule fixed before its runs (studies/value/):
     `references="siblings"` (the trace's `solution`, its `solutions` list, then the other
     right-answer responses to the same problem, at most `max_references`; a trace given in a
-    list, with no input to find them in, follows its listed solutions alone), `solution_part="matched"` (the steps
-    after the last reference step the state has written) and `empty_part="drop"` (the last
-    boundary counts the answer once). On the held-out `multipath` split it blamed validly
+    list, with no input to find them in, follows its listed solutions alone),
+    `solution_part="matched"` (the steps after the last reference step the state has written)
+    and `empty_part="drop"` (the last boundary counts the answer once). On the held-out `multipath` split it blamed validly
     departing correct traces 0.32 of the time against 0.83 for the earlier default, with no loss
     on `unique`; docs/methods/rredcot.md, "One path among many". The earlier estimator (one
     reference, steps covered by position, empty part kept; `remaining` had beaten `whole` on the
@@ -235,11 +235,12 @@ class RredcotOptions:
 
 
 #: The page of `cotcredit redistribute` in the docs (made from the registry).
-PAGE = """RREDCoT segment rewards: at every segment boundary, the model's probability of the reference
-answer if forced to answer now (R̂) and of continuing along a known path to the answer (v̂: the
-part of each reference solution, listed or a right-answer sibling in the input, that remains
-after the boundary, then the answer); the rewards are the differences of their sum and add up
-to the trace's outcome. What it estimates, the formula and when to trust it: [RREDCoT](../methods/rredcot.md).
+PAGE = """RREDCoT segment rewards: at every segment boundary, the model's probability of the
+reference answer if forced to answer now (R̂) and of continuing along a known path to the answer
+(v̂: the part of each reference solution, listed or a right-answer sibling in the input, that
+remains after the boundary, then the answer); the rewards are the differences of their sum and
+add up to the trace's outcome. What it estimates, the formula and when to trust it:
+[RREDCoT](../methods/rredcot.md).
 
 ```
 cotcredit redistribute traces.jsonl                              # -> rredcot.parquet

@@ -66,7 +66,8 @@ def combine(probes: RredcotProbes, scores: list[ContinuationScore], options: Rre
 def combined(r_hat: float | None, v_hat: float | None, options: RredcotOptions) -> float:
     """g from R̂ and v̂ (logs; None: the term is absent): with a = exp(R̂), b = λ·exp(v̂),
     `combination` sum a + b, noisy-or 1 − (1 − a)(1 − b), mean (a + b)/(1 + λ) (a alone where
-    v̂ has no path left: two estimates of one probability averaged); its log in log space. Every term is computed from its log once (λ = 0 leaves exp(R̂) untouched)."""
+    v̂ has no path left: two estimates of one probability averaged); its log in log space.
+    Every term is computed from its log once (λ = 0 leaves exp(R̂) untouched)."""
     lam = options.vhat_weight
     if options.combination == "mean" and v_hat == -math.inf and r_hat is not None:
         v_hat = None  # no path left: the mean is over the estimates there are (R̂ alone)
@@ -86,7 +87,8 @@ def combined(r_hat: float | None, v_hat: float | None, options: RredcotOptions) 
     return math.exp(log_g)
 
 
-def terminal_value(outcome: float, g: list[float], space: str = "prob", log_floor: float = 1e-6) -> float:
+def terminal_value(outcome: float, g: list[float], space: str = "prob",
+                   log_floor: float = 1e-6) -> float:
     """The trace's outcome ζ in the space of g: the value the last state is corrected to.
 
     In probability space it is ζ itself. In log space it is log ζ; an outcome at or below
