@@ -54,7 +54,9 @@ def test_default_is_rhat_plus_vhat_over_every_known_path(scorer, traces_file):
     cols = ["score", "r_hat", "v_hat", "g_after"]
     pd.testing.assert_frame_equal(df[cols], both[cols])
     earlier, _ = rows_of(scorer, traces_file, **ONE_REFERENCE)
-    assert earlier.r_hat.tolist() == df.r_hat.tolist()  # R̂ does not depend on the references
+    # R̂ does not depend on the references; the packed passes group the probes differently
+    # with more references, which moves float32 sums by ~1e-7 relative
+    assert earlier.r_hat.tolist() == pytest.approx(df.r_hat.tolist(), rel=1e-6)
     assert not earlier.v_hat.fillna(0).equals(df.v_hat.fillna(0))
     assert df[df.trace_id == "t1"].v_hat.notna().all() and df[df.trace_id == "t2"].v_hat.isna().all()
     assert any("R̂ alone" in n for n in summary.notes)
