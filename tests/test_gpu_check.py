@@ -1,4 +1,4 @@
-"""benchmarks/gpu_check.py on CPU at tiny sizes: every part runs and gives plausible figures,
+"""benchmarks/gpu_check on CPU at tiny sizes: every part runs and gives plausible figures,
 packed probes agree with naive scoring, and the script runs where captum, shap, trl, datasets,
 gguf and math_verify cannot be imported (as on the borrowed GPU machines)."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.gpu_check import agreement, run, shapes, timing, traces, train
+
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
+SCRIPT = ROOT / "benchmarks" / "gpu_check"  # a folder: `python benchmarks/gpu_check` runs it
 BLOCKED = ("captum", "shap", "trl", "datasets", "gguf", "math_verify")
 
 # Runs the script with a meta path finder that refuses the blocked packages, and writes the
@@ -46,16 +47,6 @@ finally:
         json.dump(sorted(sys.modules), f)
 """
 
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gc = load_script()
 
 
 def run_script(args, tmp: Path, blocked: tuple[str, ...] = ()):
@@ -88,7 +79,7 @@ def test_runs_without_the_optional_packages(blocked_run):
     # Every other part ran to the end.
     assert [p for p, r in report["parts"].items() if r["status"] != "ok"] == ["bench", "train"]
     # The table went to stdout, with one line per figure row.
-    for part in gc.PARTS:
+    for part in run.PARTS:
         assert part in proc.stdout
 
 
@@ -103,7 +94,7 @@ def test_report_names_device_versions_and_date(blocked_run):
     assert meta["transformers"] == transformers.__version__
     assert datetime.datetime.fromisoformat(meta["date"]).tzinfo is not None
     assert meta["small"] is True
-    assert list(report["parts"]) == list(gc.PARTS)
+    assert list(report["parts"]) == list(run.PARTS)
     for part in report["parts"].values():
         assert part["budget_s"] > 0 and part["seconds"] >= 0
 
@@ -111,34 +102,34 @@ def test_report_names_device_versions_and_date(blocked_run):
 def test_packed_probes_agree_with_naive_scoring(blocked_run):
     _, report, _ = blocked_run
     part = report["parts"]["agreement"]
-    assert part["ok"] is True and part["tolerance"]["fp32_nats"] == gc.TOL_FP32
+    assert part["ok"] is True and part["tolerance"]["fp32_nats"] == agreement.TOL_FP32
     rows = part["rows"]
-    plan = gc.SMALL_PLAN
+    plan = shapes.SMALL_PLAN
     assert {(r["model"], r["quantity"]) for r in rows} == {
         (m, q) for m in plan.agreement_models for q in ("rhat", "vhat", "vhat_multi", "loo")
     }
     for r in rows:
         assert r["values"] == r["segments"] + 1 == plan.agreement_segments + 1
         assert len(r["fp32_values"]["packed"]) == len(r["bf16_values"]["naive"]) == r["values"]
-        assert r["fp32_packed_vs_naive"] <= gc.TOL_FP32
+        assert r["fp32_packed_vs_naive"] <= agreement.TOL_FP32
         # The check has teeth: values differ between probes far more than packed vs naive.
-        assert r["spread"] > 10 * gc.TOL_FP32
+        assert r["spread"] > 10 * agreement.TOL_FP32
         # bfloat16: packed is as faithful to the float32 reference as naive bfloat16.
         assert r["bf16_ok"] is True
         assert r["bf16_packed_vs_fp32"] <= r["bf16_tolerance"]
         assert r["bf16_tolerance"] == pytest.approx(
-            gc.BF16_FACTOR * r["bf16_naive_vs_fp32"]
-            + gc.BF16_FLOOR_PER_TOKEN * r["scored_tokens"]
+            agreement.BF16_FACTOR * r["bf16_naive_vs_fp32"]
+            + agreement.BF16_FLOOR_PER_TOKEN * r["scored_tokens"]
         )
     gemma = [r for r in rows if r["model"] == "gemma3-tiny"]
-    window = gc.SMALL["gemma3-tiny"].window
+    window = shapes.SMALL["gemma3-tiny"].window
     assert all(r["tokens"] > 4 * window for r in gemma)  # the sliding window really bites
 
 
 def test_speed_rows_cover_the_plan_with_plausible_figures(blocked_run):
     _, report, _ = blocked_run
     rows = report["parts"]["speed"]["rows"]
-    plan = gc.SMALL_PLAN
+    plan = shapes.SMALL_PLAN
     expected = [(n, k, m) for n, ks in plan.speed_runs for m in plan.speed_models for k in ks]
     assert len(rows) == len(expected)
     for r, (n, k, m) in zip(rows, expected, strict=True):
@@ -159,7 +150,7 @@ def test_speed_rows_cover_the_plan_with_plausible_figures(blocked_run):
 def test_generation_rows_count_completions_and_tokens(blocked_run):
     _, report, _ = blocked_run
     rows = report["parts"]["generation"]["rows"]
-    plan = gc.SMALL_PLAN
+    plan = shapes.SMALL_PLAN
     assert [r["batch"] for r in rows] == list(plan.generation_batches)
     for r in rows:
         assert r["completions"] == r["prompts"] * r["samples"] == r["batch"]
@@ -172,7 +163,7 @@ def test_generation_rows_count_completions_and_tokens(blocked_run):
 def test_mc_rows_compare_rollouts_with_plain_generation(blocked_run):
     _, report, _ = blocked_run
     rows = report["parts"]["mc"]["rows"]
-    plan = gc.SMALL_PLAN
+    plan = shapes.SMALL_PLAN
     assert [r["model"] for r in rows] == list(plan.mc_models)
     for r in rows:
         assert r["rows"] == (plan.mc_segments + 1) * plan.mc_rollouts
@@ -209,7 +200,7 @@ def test_training_part_runs_every_source_and_form(full_run):
     part = report["parts"]["train"]
     assert part["status"] == "ok", part
     grpo, rr, *sources = part["rows"]
-    assert [(r["mode"], r["form"]) for r in sources] == list(gc.SOURCES_AND_FORMS)
+    assert [(r["mode"], r["form"]) for r in sources] == list(train.SOURCES_AND_FORMS)
     for r in sources:
         assert r["steps"] == 1 and r["train_s"] > 0 and r["step_time"] > 0
         scored = r["rredcot/scored_fraction"]
@@ -224,10 +215,10 @@ def test_training_part_runs_every_source_and_form(full_run):
 
 
 def test_tokenizer_fills_the_model_vocabulary():
-    tok = gc.build_tokenizer(4096)
+    tok = traces.build_tokenizer(4096)
     assert len(tok) == 4096
     assert tok.decode([4095]).strip()  # a filler id a random model may sample decodes to text
-    trace = gc.synthetic_trace(tok, 256, prompt_len=20)
+    trace = traces.synthetic_trace(tok, 256, prompt_len=20)
     ids = tok(trace.response, add_special_tokens=False)["input_ids"]
     assert tok.decode(ids) == trace.response
     reasoning = trace.response.split("</think>")[0]
@@ -258,12 +249,12 @@ def test_a_part_past_its_deadline_is_stopped_and_the_next_runs(monkeypatch, sigi
     def quick(ctx, deadline, result):
         result["rows"].append({"ran": True})
 
-    monkeypatch.setattr(gc, "GRACE_S", 0.2)
-    monkeypatch.setitem(gc.RUNNERS, "agreement", hang)
-    monkeypatch.setitem(gc.RUNNERS, "speed", quick)
+    monkeypatch.setattr(timing, "GRACE_S", 0.2)
+    monkeypatch.setitem(run.RUNNERS, "agreement", hang)
+    monkeypatch.setitem(run.RUNNERS, "speed", quick)
     args = argparse.Namespace(budget=4.0, json=None)  # agreement's share: 1.2 s
-    ctx = gc.RunContext(args, None, gc.SMALL_PLAN, gc.SMALL, {"parts": {}})
-    gc.run_parts(ctx, ["agreement", "speed"])
+    ctx = run.RunContext(args, None, shapes.SMALL_PLAN, shapes.SMALL, {"parts": {}})
+    run.run_parts(ctx, ["agreement", "speed"])
     hung, ran = ctx.report["parts"]["agreement"], ctx.report["parts"]["speed"]
     assert hung["status"] == "skipped: time" and hung["rows"] == [{"started": True}]
     assert hung["seconds"] < 3.0
@@ -272,11 +263,11 @@ def test_a_part_past_its_deadline_is_stopped_and_the_next_runs(monkeypatch, sigi
 
 
 def test_models_tokens_and_segments_narrow_the_plan():
-    plan = gc.only_models(gc.REAL_PLAN, ["qwen2.5-1.5b"])
+    plan = shapes.only_models(shapes.REAL_PLAN, ["qwen2.5-1.5b"])
     assert plan.agreement_models == plan.speed_models == plan.generation_models == (
         "qwen2.5-1.5b",
     )
     assert plan.train_model == "qwen2.5-1.5b"
-    plan = gc.with_sizes(gc.REAL_PLAN, [256, 512], [4])
+    plan = shapes.with_sizes(shapes.REAL_PLAN, [256, 512], [4])
     assert plan.speed_runs == ((256, (4,)), (512, (4,)))
     assert (plan.agreement_tokens, plan.agreement_segments) == (256, 4)
