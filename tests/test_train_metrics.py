@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cotcredit.training.metrics import (
+from studies.seed_runs import (
     first_step_reaching,
     mean_interval,
     seed_run_summary,

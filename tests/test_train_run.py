@@ -160,8 +160,8 @@ def test_resume_through_the_cli(runs, mode, capsys, monkeypatch):
 
 
 def test_seed_override_and_seed_band(tmp_path, tiny_model_dir):
-    from cotcredit.training.metrics import seed_band
     from cotcredit.training.run import _with_overrides
+    from studies.seed_runs import seed_band
 
     cfg = load_config(make_config(tmp_path, tiny_model_dir, "grpo"))
     assert _with_overrides(cfg, 5, 123).seed == 123
@@ -172,7 +172,7 @@ def test_seed_override_and_seed_band(tmp_path, tiny_model_dir):
 
 
 def test_plot_seed_groups(runs, tmp_path):
-    from cotcredit.training.metrics import plot_seed_curves
+    from studies.seed_runs import plot_seed_curves
 
     png = plot_seed_curves(
         {mode: [runs[mode][0].parent / f"out-{mode}"] for mode in runs}, tmp_path / "s.png",

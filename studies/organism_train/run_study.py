@@ -87,15 +87,15 @@ from pathlib import Path
 
 import yaml
 
-from cotcredit.training.metrics import (
+from cotcredit.training.metrics import read_metrics
+from studies import organism
+from studies.seed_runs import (
     format_interval,
     mean_interval,
     plot_seed_curves,
-    read_metrics,
     run_finished,
     seed_run_summary,
 )
-from studies import organism
 
 HERE = Path(__file__).resolve().parent
 # Arm -> (advantage, rredcot options over the config's). Fixed before any run.

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import yaml
 
-from cotcredit.training.metrics import (
+from studies.seed_runs import (
     plot_seed_curves,
     run_finished,
     seed_run_summary,

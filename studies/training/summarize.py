@@ -13,7 +13,8 @@ import json
 import math
 from pathlib import Path
 
-from cotcredit.training.metrics import mean_interval, plot_seed_curves, read_metrics
+from cotcredit.training.metrics import read_metrics
+from studies.seed_runs import mean_interval, plot_seed_curves
 
 
 def _median(values) -> float:
