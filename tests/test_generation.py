@@ -228,7 +228,7 @@ def test_get_generator_reuses_one_per_run_and_backend(scorer):
 
 def test_vllm_missing_is_a_user_error(scorer, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
-    with pytest.raises(UserError, match="vLLM is not installed"):
+    with pytest.raises(UserError, match="needs the vllm extra"):
         get_generator(scorer, "vllm")
 
 
@@ -296,5 +296,5 @@ def test_vllm_backend_without_vllm_is_one_line(scorer):
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
-    with pytest.raises(UserError, match="vLLM is not installed"):
+    with pytest.raises(UserError, match="needs the vllm extra"):
         get_generator(scorer, "vllm", {"tensor_parallel_size": 2})

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from cotcredit.extras import require
+
 # Processes wait for the slowest one at the end of a run; with thousands of traces per process
 # that can be far longer than torch's default 10-minute collective timeout.
 WAIT_LIMIT = timedelta(hours=24)
@@ -86,6 +88,8 @@ def processes() -> Processes:
     """The processes of this run (one, unless launched)."""
     if not launched():
         return Processes()
+    require("an analysis on several processes (torchrun, accelerate launch)", "train",
+            ["accelerate"])
     from accelerate import PartialState
 
     state = PartialState(cpu=_cpu_only(), timeout=WAIT_LIMIT)

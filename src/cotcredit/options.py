@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
+import tomllib
 import types
 import typing
 from collections.abc import Iterable
@@ -19,11 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser, as a package (a dependency there)
-    import tomli as tomllib
 
 from cotcredit.errors import UserError, first_line
 

@@ -67,6 +67,13 @@ class MethodRun:
         return [self.label] if len(own) == 1 else [self.label + lab[len(self.method):]
                                                     for lab in own]
 
+    def check(self) -> None:
+        """Check the options as a run will (a missing extra, such as shap for shapley, is a
+        one-line error before any model loads)."""
+        built = build_options(get_method(self.method).options_type, dict(self.options), self.label)
+        if hasattr(built, "validate"):
+            built.validate()
+
     def rename(self) -> dict[str, str]:
         """Row label of the method -> row label written (empty for the method itself)."""
         if self.label == self.method:
@@ -123,6 +130,7 @@ def method_runs(methods: str | Sequence[str] | None,
             raise UserError(f"--methods: unknown method or variant {name!r} (known: {known})")
         run = MethodRun(name, method, opts)
         run.labels()  # builds the options: a bad option is a one-line error now
+        run.check()
         runs.append(run)
     return runs
 

@@ -9,7 +9,8 @@ is | 12") but a ``\\boxed{}`` or statement wholly inside the prefix never grades
 (no answer = wrong).
 Grading compares that answer with the reference by mathematical equivalence using math-verify
 (``1/2``, ``\\frac{1}{2}`` and ``0.5`` are one answer), with an exact string/number comparison
-in front of it as a fast path and behind it as the fallback when math-verify fails.
+in front of it as a fast path and behind it as the fallback when math-verify fails (or is
+not installed, which a warning says once).
 
 Thread safety: math-verify bounds its work with ``signal.alarm``, which works only in the main
 thread (elsewhere it raises ValueError). :func:`grade` passes a timeout only there; in other
@@ -29,6 +30,7 @@ import math
 import os
 import re
 import threading
+import warnings
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -383,10 +385,14 @@ def grade(predicted: str | None, reference: str, *, timeout_s: float = 5) -> boo
         ref_words = _words(reference)
         if ref_words is not None:
             return _words(predicted) == ref_words
-        from math_verify import verify
-        from math_verify.errors import TimeoutException
     except Exception:
         logger.debug("grading failed before math-verify", exc_info=True)
+        return False
+    try:  # a dependency of the core; absent only from an environment assembled by hand
+        from math_verify import verify
+        from math_verify.errors import TimeoutException
+    except ImportError:
+        _warn_without_math_verify()
         return False
 
     timeout = _timeout_arg(timeout_s)
@@ -401,6 +407,14 @@ def grade(predicted: str | None, reference: str, *, timeout_s: float = 5) -> boo
     except (Exception, TimeoutException):
         logger.debug("math-verify failed; answer graded by string comparison", exc_info=True)
         return False
+
+
+@functools.cache
+def _warn_without_math_verify() -> None:
+    """Said once: without math-verify, answers are equal only as strings or numbers."""
+    warnings.warn("math-verify is not installed: answers are graded by string and number "
+                  "equality only (1/2 and 0.5 agree, \\frac{1}{2} and 0.5 do not); "
+                  "pip install math-verify", stacklevel=3)
 
 
 def grade_completion(

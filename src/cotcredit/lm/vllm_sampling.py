@@ -1,6 +1,6 @@
 """The vLLM backend of sampling: `LLM(model=<the scorer's model folder>,
 enable_prefix_caching=True)`, prompts given as token ids, `SamplingParams(n=..., seed=...)` per
-prompt. vLLM is imported when a generator is made (`pip install vllm`, on a CUDA machine)."""
+prompt. vLLM is imported when a generator is made (the vllm extra, on a CUDA machine)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     import torch
 
 from cotcredit.errors import UserError
+from cotcredit.extras import require
 from cotcredit.lm.generation import (
     Completion,
     GenerationStats,
@@ -31,11 +32,8 @@ class VLLMGenerator:
                  engine_args: dict | None = None):
         import torch
 
-        try:
-            import vllm
-        except ImportError:
-            raise UserError("--backend vllm: vLLM is not installed (pip install vllm, on a CUDA "
-                            "machine), or use --backend hf") from None
+        require("--backend vllm (on a CUDA machine; else --backend hf)", "vllm")
+        import vllm
         self.vllm, self.tokenizer, self.stop_ids = vllm, tokenizer, stop_ids
         self.stats = GenerationStats()
         if model_path not in _VLLM:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
+from cotcredit.extras import require
 from cotcredit.methods.attribution import ATTRIBUTE, EmbeddingTarget, TargetOptions, resolve_target
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import option
@@ -73,6 +74,7 @@ class GradientOptions:
             raise UserError(f"--ig-baseline must be zero or pad, got '{self.ig_baseline}'")
         if self.batch_tokens < 1:
             raise UserError("--batch-tokens must be at least 1")
+        require("gradient", "attribution", ["captum"])
         return self
 
 
@@ -90,6 +92,8 @@ def _per_segment(ctx: TraceContext, attr: torch.Tensor) -> tuple[list[float], li
 def run(ctx: TraceContext, options: GradientOptions) -> MethodRows:
     """Rows per requested kind (gradient-ig, gradient-saliency, gradient-ixg) for one trace."""
     import torch
+
+    require("gradient", "attribution", ["captum"])
     from captum.attr import IntegratedGradients, Saliency
 
     f = EmbeddingTarget(ctx, options.target)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
+from cotcredit.extras import require
 from cotcredit.methods.attribution import (
     ATTRIBUTE,
     TargetOptions,
@@ -76,6 +77,7 @@ class ShapleyOptions:
             raise UserError("--samples must be at least 1")
         if self.exact_max < 0 or self.exact_max > 16:
             raise UserError("--exact-max must be between 0 and 16 (2^K coalitions)")
+        require("shapley", "attribution", [self.backend])
         return self
 
 
@@ -99,6 +101,8 @@ def shapley_shap(f: ValueFunction, options: ShapleyOptions) -> ShapleyResult:
     """Shapley values of `f` with shap: exact (`ExactExplainer`) for few segments, else sampled
     permutations (`PermutationExplainer`)."""
     import numpy as np
+
+    require("shapley", "attribution", ["shap"])
     import shap
 
     K = f.K
@@ -137,6 +141,8 @@ def shapley_captum(f: ValueFunction, options: ShapleyOptions) -> ShapleyResult:
     `ShapleyValueSampling` over sampled orderings."""
     import numpy as np
     import torch
+
+    require("shapley", "attribution", ["captum"])
     from captum.attr import ShapleyValues, ShapleyValueSampling
 
     K = f.K

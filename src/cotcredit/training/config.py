@@ -31,7 +31,7 @@ chat template (``chat_template: false`` feeds the raw prompt text), exactly as t
 commands render them. ``dtype: auto`` keeps the trained weights in float32 (TRL's ``bf16``
 then trains in bf16 autocast). ``eval`` says how ``eval_file`` is answered before and after
 training (greedy by default). ``lora`` trains LoRA adapters (``peft``, the optional extra
-``cotcredit[peft]``) instead of every weight::
+``cotcredit[train]``) instead of every weight::
 
     lora:
       rank: 16
@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib.util
 import os
 import re
 import warnings
@@ -77,6 +76,7 @@ from pydantic import (
 )
 
 from cotcredit.errors import UserError
+from cotcredit.extras import require
 from cotcredit.lm.loading import looks_like_path
 from cotcredit.training.advantages import DEFAULT_FLOOR, DEFAULT_FORM, DEFAULT_STRENGTH
 
@@ -498,6 +498,7 @@ def config_paths(cfg: TrainConfig, base: Path) -> dict[str, str | Path]:
 
 def load_config(path: str | Path) -> TrainConfig:
     """Read and validate a train config; any mistake raises ``UserError`` with a one-line message."""
+    require("a train config", "train", ["trl"])  # read against TRL's GRPOConfig
     path = Path(path)
     source = str(path)
     data = _read_yaml(path, source)
@@ -564,12 +565,8 @@ def lora_config(cfg: TrainConfig):
     """peft's ``LoraConfig`` for ``cfg.lora`` (None when ``rank`` is 0)."""
     if cfg.lora.rank == 0:
         return None
-    try:
-        import peft
-    except ImportError:
-        raise UserError(
-            f"{cfg._source}: lora: peft is not installed (pip install 'cotcredit[peft]')"
-        ) from None
+    require(f"{cfg._source}: lora", "train", ["peft"])
+    import peft
     return peft.LoraConfig(
         r=cfg.lora.rank,
         lora_alpha=cfg.lora.alpha,
@@ -584,10 +581,8 @@ def to_grpo_config(cfg: TrainConfig):
     import trl
 
     kwargs = grpo_kwargs(cfg)
-    if kwargs.get("use_vllm") and importlib.util.find_spec("vllm") is None:
-        raise UserError(
-            f"{cfg._source}: grpo.use_vllm: vllm is not installed (pip install 'cotcredit[vllm]')"
-        )
+    if kwargs.get("use_vllm"):
+        require(f"{cfg._source}: grpo.use_vllm", "vllm")
     try:
         with warnings.catch_warnings():
             # TRL's own default (gradient_checkpointing=True) trips transformers' rename warning.

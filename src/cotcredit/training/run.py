@@ -44,6 +44,7 @@ import yaml
 from cotcredit import distributed
 from cotcredit.data.problems import load_problems
 from cotcredit.errors import UserError
+from cotcredit.extras import require
 from cotcredit.lm.encoding import rendered_by_template, template_markers
 from cotcredit.training.config import TrainConfig, load_config, lora_config, to_grpo_config
 from cotcredit.training.metrics import (
@@ -363,6 +364,7 @@ def train(
     outcome ζ each completion's segment rewards redistribute (without extra rewards: the graded
     correctness). User mistakes raise ``UserError``.
     """
+    require("cotcredit train", "train")  # before the config is read or a model loads
     start = time.perf_counter()
     cfg = load_config(config) if isinstance(config, (str, Path)) else config
     cfg = _with_overrides(cfg, max_steps, seed)

@@ -43,9 +43,8 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 
 import torch
-from trl import GRPOTrainer
-from trl.models.utils import unwrap_model_for_generation
 
+from cotcredit.extras import require
 from cotcredit.training.advantages import (
     DEFAULT_FLOOR,
     DEFAULT_FORM,
@@ -57,6 +56,10 @@ from cotcredit.training.advantages import (
     group_scales,
     shuffled_rewards,
 )
+
+require("RredcotGRPOTrainer", "train", ["trl"])  # one line, not a traceback, without TRL
+from trl import GRPOTrainer  # noqa: E402
+from trl.models.utils import unwrap_model_for_generation  # noqa: E402
 
 SegmentRewards = tuple[Sequence[float], Sequence[tuple[int, int]]]
 SegmentRewardsFn = Callable[[list[int], list[int]], SegmentRewards | None]

@@ -35,13 +35,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from verl.trainer.ppo import core_algos
 
 from cotcredit.errors import UserError
+from cotcredit.extras import require
 from cotcredit.methods.rredcot import RredcotOptions
 from cotcredit.options import build_options, check_choices, option
 from cotcredit.training.advantages import DEFAULT_FLOOR, DEFAULT_STRENGTH
 from cotcredit.training.online import ONLINE_OPTIONS, token_advantages
+
+require("the verl integration", "verl")  # one line naming the install, not a traceback
+from verl.trainer.ppo import core_algos  # noqa: E402
 
 __all__ = [
     "ESTIMATOR", "CreditOptions", "credit_handed_to_estimator", "credit_options",

@@ -30,12 +30,9 @@ import time
 from functools import cache
 
 import numpy as np
-import ray
 import torch
-from verl.trainer.ppo import ray_trainer
-from verl.trainer.ppo.utils import Role
-from verl.utils import tensordict_utils as tu
 
+from cotcredit.extras import require
 from cotcredit.training import verl_workers
 from cotcredit.training.verl import (
     ESTIMATOR,
@@ -50,6 +47,12 @@ from cotcredit.training.verl import (
     options_dict,
     rows_to_score,
 )
+
+require("the verl integration", "verl")  # one line naming the install, not a traceback
+import ray  # noqa: E402
+from verl.trainer.ppo import ray_trainer  # noqa: E402
+from verl.trainer.ppo.utils import Role  # noqa: E402
+from verl.utils import tensordict_utils as tu  # noqa: E402
 
 __all__ = ["RredcotTrainerMixin", "advantage_with_credit", "main", "with_segment_credit"]
 

@@ -22,12 +22,9 @@ called on any ``OnlineRredcot``.
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDict
-from verl.single_controller.base.decorator import make_nd_compute_dataproto_dispatch_fn, register
-from verl.utils import tensordict_utils as tu
-from verl.workers.engine_workers import ActorRolloutRefWorker
 
 from cotcredit.errors import UserError
+from cotcredit.extras import require
 from cotcredit.training.online import OnlineRredcot
 from cotcredit.training.verl import (
     OPTIONS,
@@ -38,6 +35,15 @@ from cotcredit.training.verl import (
     CreditOptions,
     credit_options,
 )
+
+require("the verl integration", "verl")  # one line naming the install, not a traceback
+from tensordict import TensorDict  # noqa: E402
+from verl.single_controller.base.decorator import (  # noqa: E402
+    make_nd_compute_dataproto_dispatch_fn,
+    register,
+)
+from verl.utils import tensordict_utils as tu  # noqa: E402
+from verl.workers.engine_workers import ActorRolloutRefWorker  # noqa: E402
 
 __all__ = ["CreditWorker", "RredcotActorRolloutRefWorker", "score_rows"]
 
