@@ -96,6 +96,7 @@ def test_a_real_module_at_an_old_path_wins():
     assert finder.find_spec("cotcredit.traces", None) is not None
 
 
+@pytest.mark.subprocess
 def test_the_warning_names_the_importing_line(tmp_path):
     """The DeprecationWarning points at the user's import, not at the import machinery."""
     script = tmp_path / "user_code.py"

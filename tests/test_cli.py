@@ -315,6 +315,7 @@ print("LOADED", sorted(m for m in heavy if m in sys.modules), file=sys.stderr)
 """
 
 
+@pytest.mark.subprocess
 def test_help_and_early_errors_load_no_model_stack(tmp_path):
     """`cotcredit --help`, every `cotcredit CMD --help`, a bad traces line and a missing
     `--model` path answer without importing torch, transformers, pandas, pyarrow or numpy (the
@@ -346,6 +347,7 @@ def test_help_and_early_errors_load_no_model_stack(tmp_path):
     assert len(commands) >= 9 and "Usage: " in proc.stdout
 
 
+@pytest.mark.subprocess
 def test_import_cotcredit_is_light_and_complete():
     """`import cotcredit` keeps its API (functions load on first use) without the model stack."""
     import subprocess

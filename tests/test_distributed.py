@@ -21,6 +21,8 @@ from cotcredit.store import io
 
 N = 8
 
+pytestmark = pytest.mark.subprocess  # torchrun: two Python processes per test
+
 
 def torchrun(args: list, tmp_path, processes: int = 2) -> subprocess.CompletedProcess:
     env = {

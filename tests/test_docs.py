@@ -69,6 +69,7 @@ def site(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.subprocess
 def test_the_site_builds_strictly_with_every_page_in_the_nav(site):
     pages = {p.relative_to(DOCS).with_suffix("").as_posix() for p in DOCS.rglob("*.md")
              if "_hooks" not in p.parts}
@@ -106,6 +107,7 @@ def cli_commands() -> list[str]:
     return sorted(typer.main.get_command(getattr(app, "app", app)).commands)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("command", cli_commands())
 def test_each_command_page_lists_every_flag_of_its_help(command, site):
     source = page_source(f"commands/{command}.md")
@@ -128,6 +130,7 @@ def public_modules() -> set[str]:
             and n != "cotcredit.cli" and not n.startswith("cotcredit.cli.")}
 
 
+@pytest.mark.subprocess
 def test_the_api_reference_documents_every_public_module(site):
     documented = set()
     for page in (DOCS / "reference").glob("*.md"):
@@ -140,6 +143,7 @@ def test_the_api_reference_documents_every_public_module(site):
     assert 'id="cotcredit.methods.rredcot"' in html and "::: " not in html  # rendered
 
 
+@pytest.mark.subprocess
 def test_a_broken_link_fails_the_strict_build(tmp_path):
     """The strict build is a real check: a page linking a missing page or repository file fails."""
     docs = tmp_path / "docs"

@@ -68,6 +68,7 @@ def blocked_run(tmp_path_factory):
     return run_script([], tmp_path_factory.mktemp("gpu_check"), BLOCKED)
 
 
+@pytest.mark.subprocess
 def test_runs_without_the_optional_packages(blocked_run):
     proc, report, modules = blocked_run
     assert not [m for m in modules if m.split(".")[0] in BLOCKED]
@@ -83,6 +84,7 @@ def test_runs_without_the_optional_packages(blocked_run):
         assert part in proc.stdout
 
 
+@pytest.mark.subprocess
 def test_report_names_device_versions_and_date(blocked_run):
     import torch
     import transformers
@@ -99,6 +101,7 @@ def test_report_names_device_versions_and_date(blocked_run):
         assert part["budget_s"] > 0 and part["seconds"] >= 0
 
 
+@pytest.mark.subprocess
 def test_packed_probes_agree_with_naive_scoring(blocked_run):
     _, report, _ = blocked_run
     part = report["parts"]["agreement"]
@@ -126,6 +129,7 @@ def test_packed_probes_agree_with_naive_scoring(blocked_run):
     assert all(r["tokens"] > 4 * window for r in gemma)  # the sliding window really bites
 
 
+@pytest.mark.subprocess
 def test_speed_rows_cover_the_plan_with_plausible_figures(blocked_run):
     _, report, _ = blocked_run
     rows = report["parts"]["speed"]["rows"]
@@ -147,6 +151,7 @@ def test_speed_rows_cover_the_plan_with_plausible_figures(blocked_run):
         assert r["plain_peak_gib"] is None  # no accelerator memory on CPU
 
 
+@pytest.mark.subprocess
 def test_generation_rows_count_completions_and_tokens(blocked_run):
     _, report, _ = blocked_run
     rows = report["parts"]["generation"]["rows"]
@@ -160,6 +165,7 @@ def test_generation_rows_count_completions_and_tokens(blocked_run):
         assert r["completions_per_s"] > 0
 
 
+@pytest.mark.subprocess
 def test_mc_rows_compare_rollouts_with_plain_generation(blocked_run):
     _, report, _ = blocked_run
     rows = report["parts"]["mc"]["rows"]
@@ -183,6 +189,7 @@ def full_run(tmp_path_factory):
     return run_script(["--parts", "bench,train"], tmp_path_factory.mktemp("gpu_check_full"))
 
 
+@pytest.mark.subprocess
 def test_bench_part_runs_the_regimes_with_mc_and_baselines(full_run):
     _, report, _ = full_run
     part = report["parts"]["bench"]
@@ -195,6 +202,7 @@ def test_bench_part_runs_the_regimes_with_mc_and_baselines(full_run):
     assert methods["rredcot"]["seconds"] > 0 and methods["refdiff"]["forward_tokens"] == 0
 
 
+@pytest.mark.subprocess
 def test_training_part_runs_every_source_and_form(full_run):
     _, report, _ = full_run
     part = report["parts"]["train"]

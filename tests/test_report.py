@@ -399,6 +399,7 @@ def test_single_method_report(tmp_path):
     assert "nothing to correlate" in files.markdown.read_text()
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} not installed (apt package chromium)"
 )

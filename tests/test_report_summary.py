@@ -270,6 +270,7 @@ def test_latex_without_reference_lists_pairs(tmp_path):
     assert files.costs is None and files.strips == []
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex not installed")
 def test_latex_compiles_with_booktabs(study, tmp_path):
     _, _, files = study

@@ -120,6 +120,7 @@ def assert_whole_traces(df: pd.DataFrame) -> None:
         assert (g.char_start.iloc[1:].values == g.char_end.iloc[:-1].values).all()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_killed_run_keeps_whole_traces_and_resumes(tiny_model_dir, tmp_path, cli_env, sig):
     """Named guarantee: a killed run leaves a readable file of whole traces; a rerun resumes."""
@@ -162,6 +163,7 @@ def test_killed_run_keeps_whole_traces_and_resumes(tiny_model_dir, tmp_path, cli
     assert not list(tmp_path.glob(".seg.parquet.*.tmp")), "stale temp file left behind"
 
 
+@pytest.mark.subprocess
 def test_sigint_exits_130_with_message_and_intact_file(tiny_model_dir, tmp_path, cli_env):
     """Named guarantee: Ctrl-C stops with status 130, says how to resume, keeps whole traces."""
     traces = write_traces(tmp_path / "traces.jsonl", N_TRACES)
@@ -275,6 +277,7 @@ def test_run_key_follows_model_content_not_path(
     assert code == 2 and "different run" in err
 
 
+@pytest.mark.subprocess
 def test_stale_temp_files_of_dead_writers_are_removed(tmp_path):
     out = tmp_path / "t.parquet"
     dead = subprocess.run(

@@ -220,6 +220,7 @@ def test_a_conversion_killed_midway_is_finished(tmp_path):
     assert w.done == {"a"} and not staged.exists()
 
 
+@pytest.mark.subprocess
 def test_stale_temporaries_of_dead_processes_are_removed(tmp_path):
     out = tmp_path / "t.parquet"
     w = writer(out)
@@ -254,6 +255,7 @@ w.close()
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("step", ["journal", "renamed"])
 def test_writer_killed_during_compaction_loses_nothing(tmp_path, step):
     out = tmp_path / "t.parquet"
@@ -277,6 +279,7 @@ def test_writer_killed_during_compaction_loses_nothing(tmp_path, step):
     pd.testing.assert_frame_equal(pd.read_parquet(out), expected(ids))
 
 
+@pytest.mark.subprocess
 def test_cli_run_killed_during_its_final_compaction_resumes(tiny_model_dir, tmp_path, capsys):
     traces = write_traces(tmp_path / "t.jsonl", 5)
     out, clean = tmp_path / "seg.parquet", tmp_path / "clean.parquet"
