@@ -4,7 +4,7 @@ lines.
 
 The layers, lowest first (a folder's package `__init__` is in its folder's layer):
 
-    0 core        cotcredit/__init__, version, errors, options, distributed, _aliases, _lazy
+    0 core        cotcredit/__init__, version, errors, extras, options, distributed, _aliases, _lazy
     1 data        reading input, the Trace record, problem sets, grading
     2 store       tables on disk
     3 lm          loading, the scorer, packing, encoding, forcing, sampling
