@@ -1,8 +1,6 @@
 """cotcredit: credit assignment on chain-of-thought traces.
 
-One function per command, with the command's behaviour (the CLI parses options, calls these,
-and prints); a method command's function is made from the method registry, so a method added
-later has one too (`cotcredit.pipeline.api`)::
+One function per command (a method command's is made from the method registry)::
 
     import cotcredit
     cotcredit.segment("traces.jsonl", "segments.parquet")
@@ -22,14 +20,8 @@ later has one too (`cotcredit.pipeline.api`)::
     adv = cotcredit.token_advantages(advantages, [o.rewards for o in out],
                                      [o.spans for o in out], completion_mask)
 
-Each is imported on first use: `import cotcredit` (and `cotcredit --help`) loads no torch,
-transformers, pandas or report stack; the first call brings in what it needs.
-
-The package's folders are its layers, each importing only those before it: `data` (reading
-input, the `Trace` record), `store` (tables on disk), `lm` (the model and every forward pass),
-`segmentation`, `methods` (one file per method), `pipeline` (the analysis path and this API),
-`report`, `bench` (known-truth regimes), `training`, `cli`. Import paths of the flat layout
-before 0.3 (`cotcredit.traces`, ...) still work until 0.4 (`cotcredit._aliases`).
+Each is imported on first use, so `import cotcredit` (and `cotcredit --help`) loads no torch or
+pandas. The layers: docs/architecture.md.
 """
 
 from cotcredit import _aliases

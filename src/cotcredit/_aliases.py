@@ -1,17 +1,9 @@
-"""Old import paths of cotcredit, kept for one release: each maps to where the module lives now.
+"""Import paths of the flat layout before 0.3 (``cotcredit.traces``, ...), kept until 0.4.
 
-cotcredit 0.3 moved its modules into folders that are its layers (``data``, ``store``, ``lm``,
-``methods``, ``pipeline``, ``report``, ``training``, ``cli``). Code written against the flat
-layout keeps importing: ``import cotcredit.traces`` finds no file and falls through to
-`AliasFinder`, which imports the new module, gives it under the old name too (the same module
-object, so state and monkeypatching are shared) and emits one ``DeprecationWarning`` naming the
-new path. A submodule of an aliased package is aliased as well (``cotcredit.integrations.verl``
-is ``cotcredit.training.verl``). A module that was split maps to its layer's package, whose
-index (``cotcredit.data``, ``cotcredit.store``, ``cotcredit.lm``) holds every public name the
-old module had.
-
-A real module at an old path (a package not moved yet) is always found first. The aliases go
-in cotcredit 0.4.
+`AliasFinder` imports the new module under the old name too (the same module object, so
+monkeypatching is shared) with one ``DeprecationWarning`` naming the new path. A split module
+maps to its layer's package, whose index holds every public name it had. A real module at an
+old path is always found first.
 """
 
 from __future__ import annotations
@@ -33,7 +25,8 @@ ALIASES: dict[str, str] = {
     "cotcredit.readers": "cotcredit.data.readers",
     "cotcredit.grading": "cotcredit.data.grading",
     "cotcredit.outcome": "cotcredit.data.outcome",
-    "cotcredit.problems": "cotcredit.pipeline.generate",  # reading problems: cotcredit.data.problems
+    # reading problems moved on to cotcredit.data.problems
+    "cotcredit.problems": "cotcredit.pipeline.generate",
     # store: tables on disk
     "cotcredit.io": "cotcredit.store.io",
     "cotcredit.tables": "cotcredit.store",  # split: schema, parts, tables

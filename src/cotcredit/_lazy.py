@@ -1,9 +1,5 @@
-"""Package indexes whose names load their module on first use.
-
-A layer's package (``cotcredit.data``, ``cotcredit.lm``, ...) lists its public names and the
-module that defines each; ``from cotcredit.lm import Scorer`` then imports ``cotcredit.lm.scorer``
-when asked, not before, so importing a package (and ``cotcredit --help``) loads no torch,
-pandas or pyarrow. A name loads once: later lookups, and monkeypatching, see a plain attribute.
+"""Package indexes whose names load their module on first use, so importing a package (and
+``cotcredit --help``) loads no torch or pandas. A loaded name becomes a plain attribute.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The processes of a launched run: `torchrun` or `accelerate launch` start one per device.
+"""The processes of a run started by `torchrun` or `accelerate launch` (one per device).
 
-Under a launcher (WORLD_SIZE > 1 in the environment) accelerate's `PartialState` sets up
-torch.distributed from that environment (gloo on CPU, nccl on GPU) and says which process this
-is and which device is its own. An analysis then splits the traces by a hash of their id, each
-process writes its own parts of the output folders, and the main process compacts them and
-reports once. Without a launcher everything here is a no-op for one process.
+Traces are split by a hash of their id, each process writes its own parts, and the main process
+compacts them and reports once. Without a launcher everything here is a no-op.
 """
 
 from __future__ import annotations
@@ -66,14 +63,12 @@ class Processes:
 
 
 def gather_objects(obj: Any, index: int, count: int) -> list[Any]:
-    """`obj` of each of the `count` processes of the initialised process group, in process
-    order, on every process (each must call this in the same order).
+    """`obj` of each of the `count` processes, in process order, on every process (each must
+    call this in the same order).
 
-    Through the group's key-value store rather than a gloo collective: a collective on tensors
-    made in Python (`gather_object`) leaves gloo's worker thread to drop the last reference to
-    them after the call returns; when that falls into interpreter shutdown the thread cannot
-    take the GIL and the process aborts ("terminate called without an active exception", seen
-    on about one launch in fifteen on a loaded 2-core machine)."""
+    Through the group's key-value store, not `gather_object`: gloo's worker thread may drop the
+    last tensor reference during interpreter shutdown and abort the process (about one launch in
+    fifteen on a loaded machine)."""
     import pickle
 
     import torch.distributed as dist

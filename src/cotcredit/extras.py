@@ -1,9 +1,5 @@
-"""The optional parts of cotcredit: which extra brings which import, and the one line a user gets
-when one is missing.
-
-`pip install cotcredit` is the analysis core: segment, redistribute, mc-baseline, attribute
---method loo, compare, generate, export, merge, the report and the explorer, on any model
-folder or hub id. The rest comes with extras (`pip install 'cotcredit[attribution]'`):
+"""Which extra brings which import, and the one line a user gets when one is missing.
+The core runs every analysis command but these:
 
     attribution  captum, shap           attribute --method shapley, gradient
     train        trl, peft, accelerate  cotcredit train; analyses launched on several processes
@@ -13,8 +9,8 @@ folder or hub id. The rest comes with extras (`pip install 'cotcredit[attributio
     bench        attribution + gguf     bench --size full (every method; the hops regime)
     vllm         vllm                   --backend vllm, grpo.use_vllm
 
-`require` is called before the import it guards and, where an option decides it, while the
-options are checked, so that a missing extra costs no model load.
+`require` runs before the import it guards, and while options are checked where an option
+decides it, so a missing extra costs no model load.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Method options from plain mappings (YAML/TOML config files, `--set method.field=value`).
-
-Every method's options are a dataclass with its defaults written once; this module builds them
-from strings and nested dicts with type checks, so the CLI, config files and Python agree.
-A key may name a field of a nested options dataclass by its dotted path (`forcing.exit_string`,
-also in `--set rredcot.forcing.exit_string=...`) or directly (`exit_string`) when that is
-unambiguous; an ambiguous name is an error listing the dotted paths.
+"""Options dataclasses (defaults written once) built from strings and nested mappings with type
+checks, so the CLI, config files, `--set method.field=value` and Python agree.
 """
 
 from __future__ import annotations
@@ -26,12 +21,9 @@ from cotcredit.errors import UserError, first_line
 def option(default: Any = dataclasses.MISSING, *, help: str, choices: tuple | None = None,
            default_factory: Any = dataclasses.MISSING, flag: str | None = None,
            short: str | None = None) -> Any:
-    """A field of an options dataclass with its one-line help: the one place a default and its
-    meaning are written. The CLI, config files, `--set` and Python all read it from here.
-
-    `choices`: the allowed values (checked by `check_choices`); `flag`: the command-line name
-    when it is not `--<field-name>`; `short`: a one-letter alias such as "-k".
-    """
+    """A field of an options dataclass with its one-line help. `choices`: the allowed values
+    (`check_choices`); `flag`: the command-line name when not `--<field-name>`; `short`: a
+    one-letter alias such as "-k"."""
     meta = {"help": help, "choices": choices, "flag": flag, "short": short}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
@@ -81,7 +73,8 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
         if not isinstance(value, (str, list, tuple)):
             raise UserError(f"{where}: expected a list or comma-separated string, got {value!r}")
         items = value.split(",") if isinstance(value, str) else list(value)
-        return tuple(_convert(v.strip() if isinstance(v, str) else v, args[0] if args else str, where)
+        item_type = args[0] if args else str
+        return tuple(_convert(v.strip() if isinstance(v, str) else v, item_type, where)
                      for v in items if not (isinstance(v, str) and not v.strip()))
     if dataclasses.is_dataclass(hint):
         if isinstance(value, hint):
@@ -123,12 +116,9 @@ def _fields(cls) -> dict[str, tuple[dataclasses.Field, Any]]:
 
 
 def build_options(cls, mapping: dict[str, Any] | None, where: str = "options", base=None):
-    """An instance of options dataclass `cls` from `mapping`, starting from `base` or defaults.
-
-    Keys name fields (``-`` and ``_`` alike); a field holding options of its own takes a mapping,
-    a dotted key (``target.forcing.exit_string``) or, when only one nested field has it, the
-    bare name (``exit_string``). `mapping` is not modified.
-    """
+    """Options `cls` from `mapping`, starting from `base` or the defaults. Keys name fields
+    (``-`` and ``_`` alike); a nested field takes a mapping, a dotted key
+    (``target.forcing.exit_string``) or, when unambiguous, the bare name (``exit_string``)."""
     obj = base if base is not None else cls()
     if not mapping:
         return obj

@@ -1,18 +1,9 @@
-"""What one run builds once and reuses, in one object passed to where it is needed.
+"""What one run builds once and reuses, passed explicitly instead of kept on the model.
 
-`run_analysis` makes a `RunCache` per run and hands it to every method on the trace's context
-(`TraceContext.cache`); a trainer's online scorer keeps one for its life; a caller that runs
-several analyses in one process may pass one to each. What it holds, by kind:
-
-* ``"forcing"``: the answer forcing of a model and `ForcingOptions` (`lm.forcing.answer_forcing`:
-  the exit string, the answer's terminator tokens);
-* ``"generator"``: the sampling generator of a model and backend (`lm.sampling.get_generator`),
-  whose token counts the run reads for each method's cost.
-
-Nothing is kept on the model, the tokenizer or the scorer by other modules: what depends on the
-model alone is the scorer's own (its float32 head, its chat template's markers), what depends on
-one trace is on its `TraceContext` (its references, the attribution value functions), and a
-function asked without a cache builds what it needs afresh.
+`run_analysis` makes one per run (methods find it as `TraceContext.cache`); an online scorer
+keeps one for its life. Kinds: ``"forcing"`` (`lm.forcing.answer_forcing`) and ``"generator"``
+(`lm.sampling.get_generator`, whose token counts give each method's cost). A function asked
+without a cache builds what it needs afresh.
 """
 
 from __future__ import annotations
@@ -24,14 +15,13 @@ T = TypeVar("T")
 
 
 class RunCache:
-    """Objects a run builds once, by kind and key (see the module docstring)."""
+    """Objects a run builds once, by kind and key."""
 
     def __init__(self) -> None:
         self._built: dict[tuple[str, Hashable], Any] = {}
 
     def get(self, kind: str, key: Hashable, build: Callable[[], T]) -> T:
-        """The `kind` object for `key`: `build()` the first time it is asked for, then the same
-        object."""
+        """The `kind` object for `key`, built by `build()` the first time."""
         if (kind, key) not in self._built:
             self._built[kind, key] = build()
         return self._built[kind, key]

@@ -1,21 +1,15 @@
 """Hybrid keyword–entropy segmentation of a trace's reasoning.
 
-1. Candidate cuts: at line breaks and before discourse keywords that open a new thought
-   ("Wait", "But", "So", "Let me", ...), snapped to token boundaries.
-2. Token entropies come from one forward pass over prompt + reasoning (the scorer's).
-3. Merge: repeatedly merge the adjacent pair with the lowest cost until `segments` remain.
-   `merge="pair"` (the paper's wording): cost = summed token entropy of the two segments.
-   `merge="boundary"`: cost = entropy at the cut between them (the model's uncertainty about
-   the first token of the right segment). High-entropy places survive as boundaries.
-   When there are fewer candidates than `segments`, the highest-entropy token boundaries are
-   added as cuts, so a reasoning of at least `segments` tokens always gets exactly `segments`.
+1. Candidate cuts at line breaks and before discourse keywords ("Wait", "So", ...), snapped to
+   token boundaries (too few: the highest-entropy token boundaries are added).
+2. Token entropies from one forward pass over prompt + reasoning.
+3. Merge the adjacent pair with the lowest cost until `segments` remain: `pair` (the paper's
+   wording) the two segments' summed entropy, `boundary` the entropy at the cut between them.
+   High-entropy places survive as boundaries.
 
-Pre-split steps (a trace read with `steps`) are segmented as given instead (`step_segmentation`,
-also `--segments steps`): segment k is step k (with the separator after it), its start snapped
-to a token boundary, up to the end of the reasoning.
-
-Segments are character spans of the response with token offsets relative to the reasoning; their
-texts concatenate exactly to the reasoning text. Segments are never located by searching text.
+Pre-split steps are segmented as given (`step_segmentation`). Segments are character spans of
+the response with token offsets into the reasoning, concatenating exactly to it; never located
+by searching text.
 """
 
 from __future__ import annotations
@@ -210,10 +204,8 @@ def _split_long(
 
 
 def step_segmentation(enc: EncodedTrace, entropies: torch.Tensor | None = None) -> Segmentation:
-    """The trace's pre-split steps as its segments: one per step that starts before the end of
-    the reasoning, each starting at the token holding the step's first character (back over
-    tokens that continue a split character). A step sharing its first token with the previous
-    one is a `UserError` (the tokenizer cannot cut there)."""
+    """The trace's pre-split steps as its segments (those starting before the reasoning ends),
+    each from the token holding its first character; two steps in one token are a UserError."""
     trace = enc.trace
     if trace.steps is None:
         raise UserError(f"{trace.where}: --segments steps needs pre-split steps (a 'steps' field)")
@@ -232,10 +224,8 @@ def step_segmentation(enc: EncodedTrace, entropies: torch.Tensor | None = None) 
 
 
 def line_segmentation(enc: EncodedTrace, entropies: torch.Tensor | None = None) -> Segmentation:
-    """One segment per line of the reasoning: a cut after every run of line breaks (at the
-    candidate cuts the hybrid segmentation uses for them), none merged, no keyword cuts. On
-    reasoning written one step per line this is the step segmentation RREDCoT's v̂ needs (the
-    README's segmentation study)."""
+    """One segment per line of the reasoning (a cut after every run of line breaks, none
+    merged): the step segmentation v̂ needs on reasoning written one step per line."""
     bounds = [0, *token_cuts(enc, line_starts(enc.reasoning_text)), enc.n_reasoning]
     ent = token_entropies(enc, entropies) if entropies is not None else None
     return build_segmentation(enc, bounds, ent)
@@ -268,14 +258,11 @@ def segment_encoded(
     return build_segmentation(enc, bounds, ent)
 
 
-def _merge(bounds: list[int], ent: torch.Tensor, options: SegmentOptions, target: int) -> list[int]:
-    """Merge adjacent segments: first those shorter than `min_tokens` (the leftmost first, into
-    its cheaper neighbour), then the cheapest pair until `target` segments remain.
-
-    The boundaries form a linked list and candidate merges sit in heaps (stale entries are
-    skipped), so a trace with n candidate cuts costs O(n log n), not O(n²). Ties go to the
-    leftmost pair, as scanning the list would.
-    """
+def _merge(bounds: list[int], ent: torch.Tensor, options: SegmentOptions,
+           target: int) -> list[int]:
+    """Merge adjacent segments: first those shorter than `min_tokens` (into the cheaper
+    neighbour), then the cheapest pair until `target` remain. A linked list and heaps with
+    stale entries skipped: O(n log n); ties go to the leftmost pair."""
     import torch
 
     pre = torch.cat([torch.zeros(1, dtype=torch.float64), ent.cumsum(0)]).tolist()

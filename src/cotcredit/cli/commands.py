@@ -1,8 +1,8 @@
 """The `cotcredit` command line: parse options, call the Python API of the same name, print.
 
-Every option comes from an options dataclass (`params.with_options`), where its default and
-help are written once; the method commands are made from the method specs (`methods`). User mistakes print one line `error: file:line: reason` and exit with
-status 2; finished traces are already on disk when a run stops for any reason.
+Every option comes from an options dataclass (`params.with_options`); the method commands are
+made from the method specs (`methods`). A user's mistake prints one line `error: file:line:
+reason` and exits with status 2; finished traces are on disk whenever a run stops.
 """
 
 from __future__ import annotations

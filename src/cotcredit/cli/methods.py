@@ -1,12 +1,7 @@
-"""The method commands (`redistribute`, `mc-baseline`, `attribute`, and one per method added
-outside cotcredit), made from the method specs.
-
-Each `MethodCommand` named by a registered spec becomes one command: `cotcredit NAME TRACES -o
-OUTPUT`, with the parameters every analysis command takes (inputs, model, segmentation,
-`--segments-file`, `--show`, `--overwrite`, `--timings`, `-q`) and the flags of its methods'
-options dataclasses (`params.with_options`). A command of one method takes `--label`; a command
-shared by several takes `--method`. It calls `cotcredit.score`, then prints the run's summary,
-the table the spec's `summary` makes (mc-baseline's) and, with `--show`, one trace.
+"""The method commands, made from the method specs: each `MethodCommand` becomes `cotcredit NAME
+TRACES -o OUTPUT` with the parameters every analysis command takes and its methods' options
+(`--label` for a command of one method, `--method` for a shared one). It calls
+`cotcredit.score` and prints the run's summary.
 """
 
 from __future__ import annotations

@@ -112,7 +112,8 @@ def show_trace(summary, labels: list[str], show: str | None, columns: list[str])
     table.add_column("text", overflow="fold")
     for seg in sorted(merged):
         r = merged[seg]
-        cells = [f"{r[c]:.3f}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in columns]
+        cells = [f"{r[c]:.3f}" if isinstance(r.get(c), float) else str(r.get(c, ""))
+                 for c in columns]
         table.add_row(str(seg), str(r["n_tokens"]), *cells, r["text"].replace("\n", "⏎ ")[:160])
     out.print(table)
 

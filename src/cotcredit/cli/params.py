@@ -1,15 +1,9 @@
-"""Command-line parameters generated from the options dataclasses.
+"""Command-line parameters generated from the options dataclasses (`options.option`), so a
+default or help text changes the CLI, config files, `--set` and Python together.
 
-Every option's default and one-line help are written once, on its dataclass field
-(`options.option`). `with_options` turns the fields of the options classes a command takes into
-Typer parameters — same names (`--min-tokens` for `min_tokens`, or the field's `flag`), same
-defaults, same help — and hands the command the built dataclass instances, so a changed default
-or help text changes the CLI, config files, `--set` and Python together.
-
-Nested options (`RredcotOptions.forcing.exit_string`) become flat flags (`--exit-string`); two
-classes of one command declaring the same flag (the attribution target of loo, shapley and
-gradient) share one parameter, whose value goes to each. Tuple fields take a comma-separated
-string (`--keywords "Wait,So"`), or a repeated flag when their flag is singular (`--vllm-arg`).
+Nested options become flat flags (`--exit-string`); two classes of one command declaring the
+same flag share one parameter. Tuple fields take a comma-separated string, or a repeated flag
+(`--vllm-arg`).
 """
 
 from __future__ import annotations

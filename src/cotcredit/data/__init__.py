@@ -1,7 +1,5 @@
 """Reading input: every form traces and problems come in, the `Trace` record, and grading.
-
-Layer 1 of cotcredit (it imports only the core modules). Its modules, each building on those
-listed before it:
+Its modules, each building on those before it:
 
 * ``readers``: records from JSONL, gzip, JSON, Parquet, ``datasets`` folders and ids;
 * ``fields``: which keys hold each part of a trace (``FieldNames``, the ``--format`` presets);
@@ -12,8 +10,6 @@ listed before it:
 * ``traces``: reading a whole input, streamed or into memory;
 * ``problems``: problem sets (prompt, answer, optional solution);
 * ``outcome``: a trace's outcome ζ.
-
-The names below are importable from ``cotcredit.data`` and load their module on first use.
 """
 
 from __future__ import annotations

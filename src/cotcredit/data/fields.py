@@ -80,7 +80,8 @@ class FieldOptions:
     """Which keys hold each part of a trace (or problem), and which split of a dataset."""
 
     preset: str | None = option(
-        None, flag="--format", choices=tuple(FORMATS), help="Field mapping of a public dataset: " + ", ".join(FORMATS) + ".",
+        None, flag="--format", choices=tuple(FORMATS),
+        help="Field mapping of a public dataset: " + ", ".join(FORMATS) + ".",
     )
     prompt_field: str | None = option(None, help="Key (or dotted path) of the prompt.")
     response_field: str | None = option(

@@ -1,25 +1,10 @@
-"""Extracting and checking final answers.
+"""Extracting final answers and grading them by mathematical equivalence (math-verify).
 
-A completion's final answer is the content of its last ``\\boxed{...}`` (or ``\\fbox{...}``),
-else its last final-answer statement ("The final answer is 7.", "**Answer:** 7"), else none.
-A completion that continues a given text (a Monte Carlo rollout from a reasoning prefix) is
-graded on what it states itself: only an answer whose text (of a box: through its closing brace)
-ends inside the completion counts, so an answer statement may begin in the prefix ("so the answer
-is | 12") but a ``\\boxed{}`` or statement wholly inside the prefix never grades the completion
-(no answer = wrong).
-Grading compares that answer with the reference by mathematical equivalence using math-verify
-(``1/2``, ``\\frac{1}{2}`` and ``0.5`` are one answer), with an exact string/number comparison
-in front of it as a fast path and behind it as the fallback when math-verify fails (or is
-not installed, which a warning says once).
-
-Thread safety: math-verify bounds its work with ``signal.alarm``, which works only in the main
-thread (elsewhere it raises ValueError). :func:`grade` passes a timeout only there; in other
-threads it passes ``None`` (no timeout). To stay bounded without one, math-verify is not handed
-answers that are known to stall it: over 1000 characters, ``(``/``[`` nested deeper than 12 (its
-ANTLR LaTeX parser slows sharply with nesting: ~1 s at depth 12, ~7 s at 30), or expressions whose
-evaluation is astronomically large (power towers like ``10^{10^{10}}``, huge factorials), which
-hang sympy for minutes even in the main thread, since they block inside C big-integer code where
-no signal handler runs. Such answers are graded by string comparison only.
+A string/number comparison runs before math-verify (fast path) and is the fallback when it fails
+or is absent. math-verify's timeout is ``signal.alarm``, which works only in the main thread, so
+elsewhere it runs without one; to stay bounded, answers known to stall it (over 1000 characters,
+brackets nested deeper than 12, power towers and huge factorials that hang sympy inside C code
+where no signal runs) are compared as strings only.
 """
 
 from __future__ import annotations
@@ -53,10 +38,7 @@ _NUMBER = re.compile(r"(?<![\d.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 
 def _boxed_contents(text: str) -> list[tuple[str, int]]:
     """Every complete ``\\boxed{...}``/``\\fbox{...}`` in order: (content, end of the box).
-
-    Braces are matched with nesting; escaped braces (``\\{``, ``\\}``) do not count. A box that
-    is never closed (a truncated completion) is skipped.
-    """
+    Nested braces match; escaped ones do not count; an unclosed box is skipped."""
     found = []
     for match in _BOX_OPEN.finditer(text):
         depth, i = 1, match.end()
@@ -86,9 +68,8 @@ def last_boxed(text: str) -> str | None:
 
 
 def _clean_span(s: str) -> tuple[int, int]:
-    """Bounds ``[i, j)`` of the answer in ``s`` once what surrounds it is stripped: spaces, bold,
-    ``$``/``\\(`` delimiters, a final period. Bounds rather than a string, so that a caller knows
-    where in the text the answer itself ends."""
+    """Bounds ``[i, j)`` of the answer in ``s`` without spaces, bold, ``$``/``\\(`` delimiters
+    and a final period (bounds, so a caller knows where the answer itself ends)."""
     i, j = 0, len(s)
 
     def strip_space(i: int, j: int) -> tuple[int, int]:
@@ -164,31 +145,16 @@ def _statement_answer(text: str, start: int = 0) -> str | None:
 
 
 def extract_answer(text: str, fallback_last_number: bool = False, *, start: int = 0) -> str | None:
-    """The final answer stated in a model's completion, or None when it states none.
+    """The final answer stated in a completion, or None: the last complete ``\\boxed{}`` or
+    ``\\fbox{}`` (placeholders skipped), else the last final-answer statement ("The answer is X",
+    "**Answer:** X"), else with `fallback_last_number` the last number. Never raises.
 
-    Priority: the content of the last complete ``\\boxed{...}`` or ``\\fbox{...}`` (nested braces
-    allowed; empty boxes and echoed placeholders like ``\\boxed{...}`` are skipped); else the
-    last final-answer statement ("The final answer is X", "The answer is X", "Answer: X",
-    "**Answer:** X"), cut at the end of its sentence, with bold markers, ``$`` delimiters and a
-    trailing period stripped; else, only if ``fallback_last_number`` is true, the last number in
-    the text (thousands separators removed). Never raises; non-string input gives None.
-
-    ``start``: where the completion begins in ``text`` (text before it is a prefix the completion
-    continues). Only an answer whose text ends after ``start`` counts, so the completion must
-    write at least the answer's last character (of a box: its closing brace): "the answer is" +
-    "12" and "\\boxed{1" + "2}" count, while a box, a statement or a number wholly inside the
-    prefix is ignored, as is a statement whose answer the completion only ends ("... is 12" +
-    ".").
+    ``start``: where the completion begins in ``text`` (before it: a prefix it continues). Only
+    an answer whose text ends after ``start`` counts: "the answer is" + "12" does, a box wholly
+    inside the prefix does not.
 
     >>> extract_answer("So 3 + 4 = 7. The final answer is $\\\\boxed{7}$.")
     '7'
-    >>> extract_answer("**Answer:** 12 dollars.")
-    '12 dollars'
-    >>> extract_answer("3 + 4 = 7") is None
-    True
-    >>> prefix = "So the answer is \\\\boxed{7}.\\n"
-    >>> extract_answer(prefix + "Let me check.", start=len(prefix)) is None
-    True
     >>> extract_answer("So the answer is" + " 8.", start=16)
     '8'
     """
@@ -218,7 +184,7 @@ _MATH_WORDS = frozenset({"pi", "inf", "infty", "infinity", "sqrt"})
 _TEXT_MACRO = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 _NUMBER_THEN_WORDS = re.compile(r"([-+]?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?\s*(?:\\?%)?)\s+(.+)")
 _UNIT_WORD = re.compile(r"[A-Za-z]{2,}\.?")
-# Limits past which an expression is not handed to sympy (see the module docstring).
+# Limits past which an expression is not handed to sympy (it may hang there).
 _MAX_MATH_CHARS = 1000
 _MAX_BRACKET_DEPTH = 12  # latex2sympy's ANTLR parser slows down sharply with nested ( and [
 _MAX_EXPONENT = 10**6
@@ -251,7 +217,7 @@ def _as_fraction(s: str) -> Fraction | None:
 
 
 def _plain_equal(predicted: str, reference: str) -> bool:
-    """Equal as normalised strings, or exactly equal as numbers (``3.0`` = ``3``, ``0.5`` = ``1/2``)."""
+    """Equal as normalised strings, or exactly as numbers (``3.0`` = ``3``, ``0.5`` = ``1/2``)."""
     a, b = _plain(predicted), _plain(reference)
     if not a or not b:
         return False
@@ -272,11 +238,8 @@ def _words(s: str) -> str | None:
 
 
 def _as_math(s: str) -> str:
-    """A string math-verify's LaTeX extraction will find: bare answers are wrapped in ``$...$``.
-
-    A number followed by plain unit words loses the words ("12 dollars" -> "12"), since
-    math-verify would read ``12 dollars`` as the product ``12*d*o*l*l*a*r*s``.
-    """
+    """A string math-verify's LaTeX extraction will find: bare answers wrapped in ``$...$``; unit
+    words after a number dropped ("12 dollars" would be read as the product 12*d*o*l*l*a*r*s)."""
     s = _clean(s)
     if "$" in s.replace("\\$", "") or "\\boxed" in s or "\\fbox" in s:
         return s  # text with its own math delimiters: let math-verify find the math
@@ -290,10 +253,7 @@ def _as_math(s: str) -> str:
 
 def _is_tame(expr: object) -> bool:
     """False for expressions whose evaluation would be astronomically large (sympy hangs).
-
-    Walks the tree bottom-up, so an exponent or factorial argument is known to be tame before it
-    is evaluated to a float and bounded.
-    """
+    Bottom-up, so an exponent is known tame before it is evaluated and bounded."""
     import sympy
 
     if not isinstance(expr, sympy.Basic):
@@ -332,13 +292,8 @@ def _bracket_depth(s: str) -> int:
 def _parse_math(math_text: str, timeout: int | None) -> tuple[object, ...]:
     """math-verify's parse of ``math_text`` as a tuple; empty when unparseable or unsafe.
 
-    Cached: Monte Carlo rollouts grade thousands of completions against one reference, and their
-    extracted answers repeat. Parsed sympy objects are immutable, so sharing them is safe.
-    Only verdicts are cached, never failures: with ``raise_on_error=True`` math-verify raises
-    its ``TimeoutException`` (a BaseException) on a timeout and re-raises any other error
-    instead of returning ``[]`` for both, and ``lru_cache`` stores no result for a call that
-    raises, so a parse that timed out (say, on a busy machine) is tried again next time.
-    ``[]`` then means only "nothing parseable in it". :func:`grade` catches what is raised.
+    Cached (rollouts repeat answers; sympy objects are immutable). With ``raise_on_error`` a
+    timeout raises instead of returning ``[]``, so a failure is never cached and is retried.
     """
     from math_verify import parse
 
@@ -351,12 +306,8 @@ def _parse_math(math_text: str, timeout: int | None) -> tuple[object, ...]:
 
 
 def _timeout_arg(timeout_s: float | None) -> int | None:
-    """The timeout to give math-verify here: whole seconds in the main thread, else None.
-
-    math-verify's timeout is ``signal.alarm``, which takes whole seconds (a float makes it raise
-    TypeError, which ``parse`` swallows and returns ``[]``) and works only in the main thread
-    (elsewhere it raises ValueError).
-    """
+    """The timeout to give math-verify here: whole seconds (``signal.alarm`` takes no float) in
+    the main thread, else None (elsewhere the alarm raises)."""
     if timeout_s is None or timeout_s <= 0 or os.name != "posix":
         return None
     if threading.current_thread() is not threading.main_thread():
@@ -365,17 +316,10 @@ def _timeout_arg(timeout_s: float | None) -> int | None:
 
 
 def grade(predicted: str | None, reference: str, *, timeout_s: float = 5) -> bool:
-    """Whether ``predicted`` is mathematically equivalent to ``reference``.
-
-    Bare strings are accepted on both sides (``"12"``, ``"3/4"``, ``"\\frac{3}{4}"``, ``"0.75"``,
-    ``"50\\%"``, ``"$x+1$"``, ``"\\boxed{7}"``). Equal normalised strings or exactly equal numbers
-    are right at once; word answers ("banana") are compared as lower-case words; everything else
-    goes through math-verify (``parse`` on both sides, ``verify`` with the reference as gold).
-    ``timeout_s`` bounds each math-verify step in the main thread (rounded up to whole seconds);
-    other threads run without a timeout (see the module docstring). Never raises: ``None`` or an
-    empty answer is wrong, and any error inside math-verify counts as "not equivalent" beyond the
-    string/number comparison.
-    """
+    """Whether ``predicted`` is mathematically equivalent to ``reference`` (bare strings, LaTeX,
+    ``\\boxed{}``). Equal strings or numbers first, word answers as lower-case words, the rest
+    through math-verify with ``timeout_s`` per step (main thread only). Never raises: None or
+    any error inside math-verify is "not equivalent"."""
     if not isinstance(predicted, str) or reference is None:
         return False
     reference = str(reference)  # tolerate a bare int/float from JSON
@@ -425,16 +369,9 @@ def grade_completion(
     timeout_s: float = 5,
     fallback_last_number: bool = False,
 ) -> GradeResult:
-    """Extract the final answer of ``completion`` and grade it against ``reference``.
-
-    A completion that states no answer is wrong (``GradeResult(answer=None, correct=False)``)
-    unless ``fallback_last_number`` lets its last number stand in.
-
-    ``prefix``: text the completion continues (a Monte Carlo rollout's reasoning prefix). The
-    answer is extracted from ``prefix + completion`` but must end inside the completion (see
-    :func:`extract_answer`'s ``start``): a statement begun in the prefix and finished by the
-    completion counts; an answer wholly inside the prefix does not grade the completion.
-    """
+    """Extract the final answer of ``completion`` and grade it against ``reference`` (no answer:
+    wrong). ``prefix``: text the completion continues; the answer must end inside the
+    completion (`extract_answer`'s ``start``)."""
     if not isinstance(prefix, str):
         prefix = ""
     if isinstance(completion, str):

@@ -1,22 +1,8 @@
-"""Reading input records — one JSON-like dict per trace or problem — from every form data comes in.
-
-`open_records(path, split=, subset=)` reads, as a stream of `(number, record, error)`:
-
-- `.jsonl`, `.jsonl.gz` (or any `.gz`): one JSON object per line; `number` is the line.
-- `.json`: a JSON list of objects (read whole: JSON has no streaming form; use JSONL or Parquet
-  for large inputs), or, when the file does not start with `[`, JSON lines; `number` is the
-  1-based position in the list (or the line).
-- `.parquet`, or a folder of Parquet files: rows read by record batches through pyarrow, so a
-  file of any size is never in memory whole; `number` is the 1-based row over the whole input.
-- a folder saved with `datasets.Dataset.save_to_disk` (or a `DatasetDict`'s, with `split`):
-  memory-mapped Arrow, iterated in batches; `number` is the 1-based row.
-- a Hugging Face dataset id, or a folder of data files (`load_dataset` reads it), with `split`
-  (required when the dataset has several) and `subset` (its configuration name), from the local
-  cache (or downloaded where there is network).
-
-`error` is set (and `record` None) for a line that is not valid UTF-8 or not valid JSON, so a
-caller can skip it and go on. Every problem with the input as a whole (no such file, unknown
-dataset or split, unreadable Parquet) is one `UserError` line naming it.
+"""Input records (one dict per trace or problem) from every form data comes in, as a stream of
+`(number, record, error)`: JSONL (gzipped too), JSON, Parquet files and folders (by record
+batch, never whole), `datasets` folders and hub ids (`split`, `subset`). `number` is the line or
+1-based row; `error` is set for a line that is not valid UTF-8 or JSON, so a caller can skip
+it. A problem with the input as a whole is one `UserError` line naming it.
 """
 
 from __future__ import annotations
@@ -199,7 +185,8 @@ def _hub_dataset(ident: str, split: str | None, subset: str | None, folder: bool
     except ValueError as e:  # unknown split or configuration: datasets lists the known ones
         text = first_line(e, 300)
         if "unknown split" in text.lower():
-            raise UserError(f"{name}: no split '{split}' ({text}); choose one with --split") from None
+            raise UserError(
+                f"{name}: no split '{split}' ({text}); choose one with --split") from None
         if folder:
             raise UserError(f"{ident}: is a directory that datasets cannot read as a dataset "
                             f"({text})") from None
@@ -255,7 +242,7 @@ def parquet_files(folder: Path) -> list[Path]:
 def open_records(
     path: str | Path, *, split: str | None = None, subset: str | None = None
 ) -> Records:
-    """Open an input (see the module docstring) or raise a one-line `UserError`."""
+    """Open an input (any form the module reads) or raise a one-line `UserError`."""
     p = Path(path)
     if not p.exists():
         text = str(path)

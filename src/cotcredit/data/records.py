@@ -1,11 +1,5 @@
-"""One input record -> its traces: `parse_record` reads every shape data comes in.
-
-A record holds the response as text (or a list of generations, one trace each), as chat turns
-(the last assistant turn; the turns before it are the prompt) or as pre-split steps (joined with
-`STEP_SEPARATOR`; they are the segments, and a step `label` gives the first error's offset). The
-reference answer is its field (reduced to the final answer when the field holds a worked
-solution) or the final answer of a reference solution. Every mistake is a `TraceError` naming the
-source, the line and the field.
+"""One input record -> its traces (`parse_record`), whatever shape it comes in. Every mistake is
+a `TraceError` naming the source, the line and the field.
 """
 
 from __future__ import annotations
@@ -61,7 +55,8 @@ def final_answer(text: str) -> tuple[str, str] | None:
     if "####" in text:
         tail = text.rsplit("####", 1)[1].strip()
         if tail:
-            return tail.replace(",", "") if re.fullmatch(r"-?[\d,]+(\.\d+)?", tail) else tail, "####"
+            number = re.fullmatch(r"-?[\d,]+(\.\d+)?", tail)
+            return (tail.replace(",", "") if number else tail), "####"
     boxed = last_boxed(text)
     if boxed:
         return boxed, "\\boxed{}"
@@ -310,13 +305,12 @@ def parse_record(
     obj: object, src: str, line: int, names: FieldNames = FieldNames(), *,
     require_answer: bool = True,
 ) -> list[Trace]:
-    """The traces of one input record (one, or one per generation of a list), or `TraceError`.
-
-    The response is the first of: a response field (a text, or a list: one trace per
-    generation, ids `ID/g`, a list-valued outcome giving each its own), chat turns (the last
-    assistant turn; the turns before it are the prompt), pre-split steps (joined with
-    `STEP_SEPARATOR`; they are the segments, and a step `label` gives `error_char`).
-    """
+    """The traces of one input record, or `TraceError`. The response is the first of: a
+    response field (a text, or a list: one trace per generation, ids `ID/g`), chat turns (the
+    last assistant turn; the turns before it are the prompt), pre-split steps (joined with
+    `STEP_SEPARATOR`; they are the segments, and a step `label` gives `error_char`). The
+    reference answer is its field (a worked solution reduced to its final answer) or the final
+    answer of the reference solution."""
     if not isinstance(obj, dict):
         raise TraceError(src, line, f"expected a JSON object, got {type(obj).__name__}")
     r = _Record(obj, names, src, line)

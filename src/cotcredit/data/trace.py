@@ -20,14 +20,10 @@ _FINAL_LINE = re.compile(
 
 @dataclass(frozen=True)
 class Trace:
-    """One reasoning trace. `line` is the 1-based line (or row) in `source` (0 for traces built
-    in code).
-
-    `answer` is None only where no method needs it (`segment`). `steps`: the character spans of
-    pre-split steps in `response` (they become the segments). `error_char`: where the first
-    error starts in `response` (-1: no error; None: unknown). `messages`: the prompt's chat turns
-    when it has more than one user turn (rendered with the model's chat template; `prompt` is
-    their plain text). `notes`: how the input was read, said once per run.
+    """One reasoning trace. `line`: 1-based line (or row) in `source` (0: built in code).
+    `answer` is None only where no method needs it (`segment`). `steps`: character spans of
+    pre-split steps. `error_char`: where the first error starts (-1: none; None: unknown).
+    `messages`: the prompt's chat turns when there are several. `notes`: said once per run.
     """
 
     id: str
@@ -91,11 +87,8 @@ def one_line(text: str) -> str:
 
 
 def reasoning_end(response: str) -> int:
-    """Where the reasoning part of a response ends.
-
-    Up to `</think>` when the response has one; otherwise up to the start of the final-answer
-    statement (the last lines mentioning `\\boxed{`, "final answer", "the answer is" or
-    "Answer:"); otherwise the whole response.
+    """Where the reasoning of a response ends: at `</think>`, else at the final-answer statement
+    (the last lines with `\\boxed{`, "final answer", "the answer is", "Answer:"), else its end.
     """
     close = response.find(THINK_CLOSE)
     if close >= 0:
@@ -146,17 +139,10 @@ def _reasoning_lines(text: str) -> tuple[list[tuple[int, str]], int]:
 
 
 def first_departure(response: str, solution: str) -> int:
-    """Character offset in `response` where its reasoning first departs from the reference
-    `solution`'s; -1 when it follows it throughout.
-
-    The alignment: the reasoning lines of both (before the final-answer statement, as
-    `reasoning_end` cuts them), blank lines dropped, whitespace-normalised (runs of whitespace
-    as one space, none at either end), compared by index. The departure is the start of the
-    first response line that differs from the solution's line at the same index or that the
-    solution does not have; when the response has fewer lines and all of them match, it is
-    where the next would start (the end of its reasoning). The answer statements are not
-    compared: a departure there is none inside the reasoning, where credit is assigned.
-    """
+    """Character offset in `response` where its reasoning first departs from `solution`'s; -1
+    when it follows it throughout. Non-blank reasoning lines, whitespace-normalised, compared by
+    index; a response that stops early departs at the end of its reasoning. Answer statements
+    are not compared (credit is assigned inside the reasoning)."""
     (mine, end), (ref, _) = _reasoning_lines(response), _reasoning_lines(solution)
     for i, (start, text) in enumerate(mine):
         if i >= len(ref) or text != ref[i][1]:

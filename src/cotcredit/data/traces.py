@@ -1,11 +1,5 @@
-"""Reading traces: every record of an input, streamed (`iter_traces`) or read into memory
+"""Reading traces: every record of an input, streamed (`iter_traces`) or into memory
 (`read_traces`), with duplicate ids and mixed shapes refused.
-
-Records come from any input `readers.open_records` reads (JSONL, gzip, JSON, Parquet, `datasets`
-folders and ids); each is parsed by `records.parse_record` (the shapes public data comes in, see
-`fields.FORMATS` for the presets of common datasets) into `trace.Trace`s. Every user mistake
-becomes a `TraceError` naming file (or dataset), line (or row) and field;
-`read_traces(..., on_error="skip")` collects them instead of stopping.
 """
 
 from __future__ import annotations
@@ -31,10 +25,9 @@ class ReadResult:
 
 
 class SeenIds:
-    """The ids read so far and the line (or row) of each, in 12 bytes per id: a sorted array of
-    64-bit hashes with their lines, plus a dict of the newest, merged in every 65,536. A stream
-    of millions of traces so holds no id strings (two distinct ids sharing a 64-bit hash in one
-    input, about 1 in 10^7 for a million ids, would be reported as a duplicate)."""
+    """The ids read so far and the line of each, in 12 bytes per id (sorted 64-bit hashes, plus a
+    dict of the newest merged in every 65,536), so millions of traces hold no id strings. A hash
+    collision (about 1 in 10^7 for a million ids) would be reported as a duplicate."""
 
     MERGE = 1 << 16
 
@@ -78,16 +71,9 @@ def iter_traces(
     subset: str | None = None,
     require_answer: bool = True,
 ) -> Iterator[Trace | TraceError]:
-    """Stream the traces of an input (any form `readers.open_records` reads), record by record.
-
-    Yields each good `Trace` (several for a record with a list of generations); a bad record
-    raises its `TraceError` (on_error="raise") or is yielded as one (on_error="skip"), so a
-    caller keeps the input's order and reads no record twice. Duplicate ids, and records of
-    another shape than the first (chat turns in one, a response text in another), are errors.
-    The input is opened when this is called; an empty one is a UserError when the stream ends.
-    `require_answer=False` lets traces without a reference answer through (segmenting needs
-    none).
-    """
+    """Stream the traces of an input, record by record. A bad record raises its `TraceError`
+    (on_error="raise") or is yielded as one ("skip"). Duplicate ids and a change of shape are
+    errors; `require_answer=False` lets traces without a reference answer through."""
     records = open_records(path, split=split, subset=subset)
     return _iter_traces(records, names, on_error, require_answer)
 
@@ -135,12 +121,8 @@ def read_traces(
     max_traces: int | None = None,
     **reading,
 ) -> ReadResult:
-    """Read an input's traces into memory (`iter_traces` streams it; `reading`: its keyword
-    arguments split, subset, require_answer).
-
-    on_error="raise" stops at the first bad record with a `TraceError`; "skip" collects the
-    errors and keeps going. Duplicate ids are an error (results are keyed by trace id).
-    """
+    """Read an input's traces into memory (`reading`: `iter_traces`' keyword arguments);
+    on_error="skip" collects bad records in `skipped` instead of stopping."""
     traces: list[Trace] = []
     skipped: list[TraceError] = []
     for item in iter_traces(path, names, on_error, **reading):

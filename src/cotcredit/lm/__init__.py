@@ -1,7 +1,7 @@
 """Causal LMs: loading a model, the ``Scorer`` that owns every forward pass, encoding a trace
 into tokens, answer forcing, and sampling completions.
 
-Layer 3 of cotcredit (it imports the core and the data and store layers). Its modules:
+Its modules:
 
 * ``loading``: ``ModelOptions``, locating ``--model`` (hub id, folder, GGUF, the embedded
   default), device and dtype;
@@ -15,8 +15,7 @@ Layer 3 of cotcredit (it imports the core and the data and store layers). Its mo
 * ``forcing``: the exit string E and the probe blocks scored after a prefix;
 * ``generation``, ``sampling``, ``vllm_sampling``: sampling completions (transformers or vLLM).
 
-The names below are importable from ``cotcredit.lm`` and load their module on first use, so
-``from cotcredit.lm import ModelOptions`` (the command line's options) brings in no torch.
+Names load their module on first use: ``from cotcredit.lm import ModelOptions`` loads no torch.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""The one out-of-memory back-off: run a batched function, and on out-of-memory halve the batch
-and retry, down to the smallest batch.
-
-Every batched forward pass or generation goes through `run_batched`: sampling rows
-(`sampling.HFGenerator`), perturbed sequences (`Scorer.score_sequences`), packed probes (a
-budget of query tokens, `packing`), completions scored together (`training.online`). A batch
-is `items[i : i + n]`, n given by `take(remaining, size)` (default: `size` items). When `fn`
-runs out of memory (`errors.is_oom`, the only test of it), the accelerator's cache is emptied,
-`on_oom` runs (e.g. to cut a KV cache back), the size halves (rounding up: 3 -> 2 -> 1) and
-the same items are retried; the smaller size is kept for the batches after it. At the smallest
-size `alone(items)` runs them one way that needs no batch (if given), else the error becomes
-one `UserError` line (`too_big`). Results come back in item order.
+"""The one out-of-memory back-off, which every batched forward pass and generation goes through:
+on out-of-memory halve the batch (3 -> 2 -> 1) and retry the same items, keeping the smaller
+size for later batches.
 """
 
 from __future__ import annotations
@@ -58,14 +49,10 @@ def run_batched(
     on_oom: Callable[[BaseException], None] | None = None,
     alone: Callable[[Sequence[T]], list[R]] | None = None,
 ) -> list[R]:
-    """`fn` over batches of `items`, halving `size` on out-of-memory (see the module docstring).
-
-    `fn(batch)` returns one result per item of the batch. `take(remaining, size)` is how many
-    of the remaining items the next batch holds (default: `size`); `cost(batch)` is the batch's
-    size in `size`'s unit (default: its length; a token budget counts tokens). When a batch at
-    the smallest size still runs out of memory: `alone(batch)` gives its results if given, else
-    `too_big(batch, error)` is the message of a `UserError`, else the error propagates. Errors
-    other than out-of-memory propagate unchanged.
+    """`fn` over batches of `items` (one result per item, in order), halving `size` on
+    out-of-memory. `take(remaining, size)`: items in the next batch; `cost(batch)`: its size in
+    `size`'s unit; `on_oom` runs before a retry. Out of memory at the smallest size:
+    `alone(batch)` if given, else a `UserError` with `too_big(batch, error)`, else the error.
     """
     out: list[R] = []
     pos = 0

@@ -1,24 +1,15 @@
-"""How text becomes the tokens the model sees: traces, generated completions, probe blocks.
+"""How text becomes the tokens the model sees.
 
-Three jobs, one rule each:
-
-- A trace (`encode_trace`): the prompt is rendered and tokenized on its own, the response is
-  tokenized on its own and appended, so every prefix is exactly what the model saw.
-- A completion the model generated during training (`encode_completion`): its token ids are
-  kept as generated (no re-tokenization of the text); their character offsets come from the
-  tokenizer's offsets when re-tokenizing gives the same ids, else from incremental decoding.
-- Both then share `encoded_trace`: the reasoning is the tokens that lie entirely before the
-  reasoning end (`data.trace.reasoning_end`: `</think>`, or the final-answer statement). A token
-  that straddles it ("12. The" when the statement starts at "The") belongs to the answer, and a
-  token that continues a character split over several tokens is never a cut. The same
-  completion therefore gives the same reasoning tokens in `redistribute` and in `train`.
-- A probe block (`encode_parts`): the exit string E, the reference answer Y*, the connector C and
-  the reference solution U* are tokenized *together*, as the model would write the joined text
-  after a prefix, and each named part is located by character offsets. With byte-level BPE,
-  `\\boxed{\\frac{1}{2}}` does not split into the tokens of `\\boxed{` and `\\frac{1}{2}`; a
-  SentencePiece tokenizer would put a word-start marker before text encoded on its own. The
-  tokens of a part are those overlapping its characters; a token that straddles two parts
-  belongs to the earlier scored part (so a seam token is scored, never silently dropped).
+- A trace (`encode_trace`): prompt and response tokenized separately and concatenated, so every
+  prefix is exactly what the model saw.
+- A generated completion (`encode_completion`): its ids kept as generated; character offsets
+  from the tokenizer when re-tokenizing gives the same ids, else from incremental decoding.
+- Both share `encoded_trace`: the reasoning is the tokens wholly before the reasoning end (a
+  straddling token belongs to the answer), so `redistribute` and `train` agree.
+- A probe block (`encode_parts`): E, Y*, C and U* tokenized together, as the model would write
+  the joined text, each part located by character offsets (BPE merges across seams; a
+  SentencePiece tokenizer marks a word start on text encoded alone). A seam token belongs to
+  the earlier scored part, so it is scored, never dropped.
 """
 
 from __future__ import annotations
@@ -38,11 +29,8 @@ _ANCHORS = (".", "\n", " ", "a", "0")
 @dataclass
 class EncodedTrace:
     """A trace tokenized the way the model saw it: prompt tokens, then reasoning tokens.
-
-    `token_starts[i]` is the character offset in the response where reasoning token i starts;
-    `token_starts[n]` is where the reasoning ends. `cuttable[i]` says a segment may start at
-    token i (False inside a multi-byte character split over tokens).
-    """
+    `token_starts[i]`: character offset of reasoning token i (`[n]`: the reasoning's end);
+    `cuttable[i]`: a segment may start at token i (not inside a split character)."""
 
     trace: Trace
     prompt_ids: list[int]
@@ -89,11 +77,8 @@ def encoded_trace(
     truncate: bool = False,
 ) -> EncodedTrace:
     """The `EncodedTrace` of a response tokenized as `ids` with character spans
-    `[starts[i], ends[i])` in `trace.response` (the one rule for traces and completions).
-
-    `reserve` tokens stay free in the context for probes; a longer trace is a `UserError`, or,
-    with `truncate`, loses the end of its reasoning.
-    """
+    `[starts[i], ends[i])`. `reserve` tokens stay free for probes; a longer trace is a
+    `UserError`, or with `truncate` loses the end of its reasoning."""
     prompt_ids = list(prompt_ids)
     if not prompt_ids:
         raise UserError(
@@ -157,21 +142,20 @@ def encode_trace(
 
 
 def _decode(tokenizer, ids: Sequence[int]) -> str:
-    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    return tokenizer.decode(list(ids), skip_special_tokens=False,
+                            clean_up_tokenization_spaces=False)
 
 
 def token_offsets(
     tokenizer, ids: Sequence[int], context: Sequence[int] = ()
 ) -> tuple[str, list[int], list[bool]]:
-    """Text of `ids` and, per token, the character offset where it starts and whether a
-    segment may start there (False for a token that continues a character split over tokens).
+    """Text of `ids`, and per token its start offset and whether a segment may start there.
 
-    `context` (e.g. the prompt's last tokens) is decoded in front and removed again, so
-    tokenizers that drop the leading space of a lone piece (SentencePiece) give the text the ids
-    have after that context. Fast path: re-tokenizing the text gives back `ids`; then the
-    tokenizer's offsets are used, as for traces. Otherwise (a non-canonical tokenization, which
-    sampling produces now and then) tokens are decoded one at a time against a short window of
-    the preceding ones (the incremental scheme of streaming detokenizers).
+    `context` (e.g. the prompt's last tokens) is decoded in front and removed again, so a
+    SentencePiece tokenizer keeps the leading space the ids have after it. When re-tokenizing
+    gives back `ids`, the tokenizer's offsets are used; else (a non-canonical tokenization from
+    sampling) tokens are decoded one at a time against a short window, as streaming
+    detokenizers do.
     """
     ids = list(ids)
     context = list(context)
@@ -211,9 +195,8 @@ def token_offsets(
 
 
 def template_markers(tokenizer) -> tuple[str, ...]:
-    """The special-token strings the tokenizer's chat template writes around a message (e.g.
-    ``<|im_start|>``, ``<start_of_turn>``); empty without a template. (It renders the
-    template: a caller that asks often keeps the answer, as `Scorer.template_markers` does.)"""
+    """The special-token strings the chat template writes around a message (``<|im_start|>``);
+    empty without a template. Renders the template: `Scorer.template_markers` keeps it."""
     markers: tuple[str, ...] = ()
     if getattr(tokenizer, "chat_template", None):
         try:
@@ -224,16 +207,16 @@ def template_markers(tokenizer) -> tuple[str, ...]:
             shown = ""
         specials = set(getattr(tokenizer, "all_special_tokens", []) or [])
         # Added tokens too: converted tokenizers do not always flag turn markers as special.
-        specials |= {str(t) for t in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).values()}
+        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        specials |= {str(t) for t in added.values()}
         markers = tuple(sorted(t for t in specials if len(t) > 1 and t in shown))
     return markers
 
 
 def rendered_by_template(tokenizer, prompt: str,
                          markers: Sequence[str] | None = None) -> bool:
-    """Whether `prompt` is already a conversation in the model's chat format (it holds the
-    template's own special tokens, `markers`: default `template_markers(tokenizer)`): applying
-    the template again would wrap it twice."""
+    """Whether `prompt` is already in the model's chat format (holds the template's `markers`),
+    so applying the template again would wrap it twice."""
     markers = template_markers(tokenizer) if markers is None else markers
     return any(m in prompt for m in markers)
 
@@ -272,9 +255,8 @@ def encode_completion(
     max_context: int,
     reserve: int = 0,
 ) -> EncodedTrace:
-    """A generated completion as an `EncodedTrace`: `prompt_ids` + the completion's own ids up to
-    the end of its reasoning. `trace.response`, `starts` and `cuttable` are what
-    `completion_text` returned for `completion_ids`."""
+    """A generated completion as an `EncodedTrace`: `prompt_ids` + its own ids up to the end of
+    its reasoning (`trace.response`, `starts`, `cuttable`: from `completion_text`)."""
     ends = [*starts[1:], len(trace.response)][: len(starts)]
     # A token that continues a split character ends where the character does.
     for i in range(len(ends) - 2, -1, -1):
@@ -289,7 +271,7 @@ def encode_completion(
 @dataclass
 class Parts:
     """Token ids of texts tokenized together, and the token range [start, end) of each named
-    part (see the module docstring for the rule at seams)."""
+    part (a seam token belongs to the earlier scored part)."""
 
     ids: list[int]
     spans: dict[str, tuple[int, int]]
@@ -300,9 +282,8 @@ class Parts:
 
 
 def continuation_offsets(tokenizer, text: str) -> tuple[list[int], list[int], list[int]]:
-    """(ids, starts, ends) of `text` tokenized as it would be after other text: behind an
-    anchor that is cut off again, so no word-start marker is added; ([], [], []) if no anchor
-    splits cleanly from the text."""
+    """(ids, starts, ends) of `text` tokenized as after other text (behind an anchor cut off
+    again); ([], [], []) if no anchor splits cleanly from it."""
     for anchor in _ANCHORS:
         ids, starts, ends, _ = text_offsets(tokenizer, anchor + text)
         a = len(anchor)

@@ -1,22 +1,11 @@
-"""Answer forcing: the exit string E and the probe blocks scored after a prefix.
+"""Answer forcing: the exit string E and the probe blocks (E ⊕ Y*, C ⊕ U* ⊕ E ⊕ Y*) scored after
+a prefix, tokenized together and read as the model's own text (C left out after a prefix that
+ends with it; E on a new line after U*).
 
-RREDCoT's R̂ and every attribution target score log p(Y* | prefix ⊕ E); RREDCoT's v̂ scores
-p(U* | prefix ⊕ C) · p(Y* | prefix ⊕ C ⊕ U* ⊕ E). The pieces after the prefix are tokenized
-together (`encoding.encode_parts`), as the model would write the joined text, and Y* and U* are
-located in them by character offsets. The seams read as the model's own text: C is left out
-after a prefix that already ends with it (no empty line after a finished line), and E follows
-U* on a new line unless E itself starts with whitespace ("…41 coins.\nThe answer is 41", never
-"…41 coins.The answer is 41").
-
-E closes the reasoning and opens the answer. It is chosen once per run, from the model, never
-per trace: `"\\n</think>\\n\\nThe final answer is $\\boxed{"` for a model whose chat template
-thinks in `<think>` tags (or whose vocabulary has a `</think>` token), else the same without the
-close tag; `--exit-string` sets it. Every trace and completion of a run is probed with the same
-E, and the run records it (`Forcing.exit_string` in the table metadata, the training config).
-
-When E ends inside `\\boxed{`, the answer must also *end* there: the probability of Y* is
-multiplied by the mass of every token that starts with "}", so "4" is not credited for "42" and
-the tokenizer's choice between "}" and "}$" does not matter.
+E is chosen once per run from the model (`"\\n</think>\\n\\nThe final answer is $\\boxed{"` for a
+model that thinks in `<think>` tags, else without the tag; `--exit-string` sets it) and recorded.
+When E ends inside `\\boxed{`, p(Y*) is multiplied by the mass of every token starting with "}",
+so "4" is not credited for "42".
 """
 
 from __future__ import annotations

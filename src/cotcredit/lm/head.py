@@ -1,15 +1,8 @@
-"""The output head, applied by hand in float32.
-
-Scoring runs the decoder and applies the head itself, so only the positions it needs go through
-the vocabulary projection and log-softmax is always float32: from float32 hidden states and head
-weights whatever the model's dtype, with the output processing of the model's family (Gemma's
-soft-capping, Granite's `logits_scaling`, Cohere's `logit_scale`, `output_multiplier`).
-`check_head` compares that with the model's own `forward` once per model; a family whose
-processing is not reproduced is refused with one line, never scored silently wrong.
-
-`OutputHead` is that head for one model, owned by the scorer: it keeps the float32 copy of the
-head's weights while they are unchanged and remembers that the check passed, so nothing is
-stored on the model itself.
+"""The output head, applied by hand in float32: only the positions scoring needs go through the
+vocabulary, from float32 hidden states and weights whatever the model's dtype, with the family's
+output processing (Gemma's soft-capping, Granite's `logits_scaling`, Cohere's `logit_scale`,
+`output_multiplier`). Checked once against the model's own `forward`; a family not reproduced
+is refused in one line, never scored silently wrong.
 """
 
 from __future__ import annotations
@@ -103,7 +96,7 @@ def log_probs(model, hidden: torch.Tensor, weights: Weights | None = None) -> to
 
 
 class OutputHead:
-    """One model's output head in float32 (see the module docstring): the float32 copy of its
+    """One model's output head in float32: the float32 copy of its
     weights, made again only when they change (training updates them in place), and whether
     `check` has passed."""
 

@@ -1,10 +1,6 @@
 """How a model is found and loaded: `ModelOptions`, locating --model (hub id, folder, GGUF file,
-the embedded default), converting GGUF checkpoints once, device and dtype choice, and the model
-and tokenizer files (`load_model_files`; `scorer.load_scorer` wraps them in a `Scorer`).
-
-Importing this module loads no torch or transformers (the functions that need them import
-them): the command line is generated from `ModelOptions`, and `cotcredit --help` or a missing
-`--model` path must answer without the model stack.
+the embedded default), converting GGUF once, device and dtype. Loads no torch at import, so
+`cotcredit --help` and a wrong `--model` answer without the model stack.
 """
 
 from __future__ import annotations
@@ -202,12 +198,8 @@ def locate_model(name: str | None) -> tuple[str, str]:
 
 
 def model_fingerprint(folder: str | Path) -> str:
-    """Content hash of a local model folder ('' for a hub id, whose revision identifies it).
-
-    Small files (config, tokenizer, chat template) are hashed whole, weight files by size and
-    three 1 MiB samples, so a checkpoint retrained in place gets a new fingerprint and one model
-    copied to another path keeps its own.
-    """
+    """Content hash of a local model folder ('' for a hub id): small files whole, weight files by
+    size and three 1 MiB samples, so a checkpoint retrained in place gets a new one."""
     folder = Path(folder)
     if not folder.is_dir():
         return ""

@@ -1,16 +1,10 @@
-"""How probes are packed: many continuations of one trace's prefixes scored in one forward pass.
+"""Many continuations of one trace's prefixes scored in one forward pass on its KV cache.
 
-The probe blocks are concatenated into one query sequence on top of the trace's KV cache, whose
-additive 4-D attention mask lets block j see the cached trace up to its prefix length p_j and
-itself causally, with position ids p_j, p_j+1, ... Each block starts by re-feeding the token at
-p_j - 1 when its first token is scored, so that prediction comes from the block itself and the
-trace's own logits are never needed again. Blocks of one prefix sharing leading tokens form a
-token trie whose shared nodes are scored once. Layers with a sliding window get their own mask
-(by position); attention implementations without arbitrary masks are switched to sdpa for the
-pass; out-of-memory halves the packed pass and retries (`backoff`).
-
-The scorer hands a pass what it needs of the model as a `PackedModel` (decoder stack, head,
-layer layout, padding id, where to note things once) and counts the tokens it ran.
+An additive 4-D mask lets block j see the cached trace up to its prefix length p_j and itself
+causally, at positions p_j, p_j+1, ... A block whose first token is scored re-feeds the token
+at p_j - 1, so the trace's own logits are never needed again. Blocks of one prefix that share
+leading tokens form a trie scored once. Sliding-window layers get their own mask; attention
+without arbitrary masks is switched to sdpa for the pass; out-of-memory halves the pass.
 """
 
 from __future__ import annotations
@@ -35,13 +29,9 @@ MASKABLE_ATTENTION = ("eager", "sdpa")
 
 @dataclass(frozen=True)
 class AttentionLayout:
-    """Which attention each decoder layer uses, as far as packed probes must know.
-
-    `types`: the distinct layer types ("full_attention", "sliding_attention"); `window`: the
-    sliding window (keys at most window - 1 positions back, transformers' convention);
-    `per_type`: the model takes a {type: mask} mapping (hybrid models) rather than one mask;
-    `unsupported`: a layer type packed passes cannot reproduce (then probes run one by one).
-    """
+    """Which attention each decoder layer uses. `window`: keys at most window - 1 positions
+    back; `per_type`: the model takes a {type: mask} mapping (hybrid models); `unsupported`: a
+    layer type packed passes cannot reproduce (probes then run one by one)."""
 
     types: tuple[str, ...]
     window: int | None
@@ -68,10 +58,8 @@ class AttentionLayout:
 
 @dataclass
 class PackedModel:
-    """What a packed pass needs of the model: its decoder stack (hidden states), its float32
-    output head, the model itself (its attention settings), the layer layout, dtype and device
-    of the mask, the padding id, and where to say a thing once per run. `tokens` counts the
-    query tokens run (the scorer adds them to its count)."""
+    """What a packed pass needs of the model (decoder stack, float32 head, layer layout, mask
+    dtype and device, padding id, a once-per-run note); `tokens` counts query tokens run."""
 
     decoder: Callable[..., Any]
     head: OutputHead
@@ -92,14 +80,9 @@ MIN_QUERY_BUDGET = 64  # query tokens per packed pass below which out-of-memory 
 def score_continuations(
     packed: PackedModel, base: TracePass, conts: Sequence[Continuation], budget: BatchSize
 ) -> list[ContinuationScore]:
-    """log p(continuation | base.ids[:prefix_len]) for many continuations, packed.
-
-    Uses `base.cache` (from a forward pass with its KV cache kept) and one forward per group of
-    blocks whose total length fits `budget` query tokens. The cache is restored after each
-    group. Out-of-memory halves the budget (kept in `budget` for later calls) and retries, down
-    to `MIN_QUERY_BUDGET`. The layout must be one packed passes reproduce (the scorer runs the
-    others one block at a time).
-    """
+    """log p(continuation | base.ids[:prefix_len]) for many continuations: one forward on
+    `base.cache` per group of at most `budget` query tokens. Out-of-memory halves the budget
+    (kept for later calls) down to `MIN_QUERY_BUDGET`."""
     if base.cache is None:
         raise ValueError("score_continuations needs a TracePass with keep_cache=True")
     L = len(base.ids)
@@ -128,11 +111,8 @@ def score_continuations(
 
 
 def groups(conts: Sequence[Continuation], indices, budget: int) -> Iterator[list[int]]:
-    """Continuation indices in groups of at most `budget` query tokens, one group at a time.
-
-    A continuation costs the tokens it does not share with the previous one of its group
-    (same prefix and leading tokens are shared in the pass's token trie).
-    """
+    """Continuation indices in groups of at most `budget` query tokens (tokens shared with the
+    previous continuation of the same prefix cost nothing: the trie)."""
     cur, cur_len, prev = [], 0, None
     for i in indices:
         c = conts[i]
@@ -158,13 +138,9 @@ def packed_mask(
     L: int, positions: list[int], parents: list[int], layout: AttentionLayout,
     dtype: torch.dtype, device: torch.device,
 ):
-    """Additive attention mask(s) of a packed pass of Q query tokens on L cached ones.
-
-    Query q (a node of the token trie) sees the cached trace before its root's position, its
-    ancestors and itself; on sliding-window layers also only keys less than `window`
-    positions back (by position, not by index: probe keys sit after the whole trace).
-    Returns one (1, 1, Q, L + Q) tensor, or {layer type: tensor} for hybrid models.
-    """
+    """Additive attention mask(s) of Q trie nodes on L cached tokens: a node sees the trace
+    before its root's position, its ancestors and itself (sliding layers: within `window`, by
+    position). One (1, 1, Q, L + Q) tensor, or {layer type: tensor} for hybrid models."""
     Q = len(positions)
     anc = np.zeros((Q, Q), dtype=bool)
     root = np.empty(Q, dtype=np.int64)
@@ -215,16 +191,10 @@ def maskable_attention(model, note: Callable[[str], None]):
 def probe_trie(
     ids: Sequence[int], conts: Sequence[Continuation], group: Sequence[int]
 ) -> tuple[list[int], list[int], list[int], list[list[int]]]:
-    """The query tokens of one packed pass over the continuations `group` of trace `ids`.
-
-    The tokens form a trie: per prefix, the continuations' tokens, consecutive ones (of a
-    sorted group) sharing their common leading tokens; each node attends to the trace before
-    its prefix, to its ancestors and to itself, at position prefix_len + depth. The token at
-    prefix_len - 1 is re-fed as the root only when some block scores its first token (its
-    prediction comes from that token's hidden state); otherwise the trace's cache already holds
-    it. Returns (tokens, positions, parents, paths): `paths[i][j]` is the node whose hidden
-    state predicts `ids[j]` of the group's i-th continuation.
-    """
+    """The token trie of one packed pass over the continuations `group` of trace `ids`:
+    (tokens, positions, parents, paths), `paths[i][j]` the node whose hidden state predicts
+    `ids[j]` of the i-th continuation. The token at prefix_len - 1 is re-fed as the root only
+    when some block scores its first token."""
     refeed = {conts[i].prefix_len for i in group if conts[i].target_start == 0}
     tokens: list[int] = []
     positions: list[int] = []
@@ -285,16 +255,9 @@ def score_continuation_batch(
     rows_ids: Sequence[Sequence[int]],
     rows_conts: Sequence[Sequence[Continuation]],
 ) -> list[list[ContinuationScore]]:
-    """`score_continuations` for the B traces of one right-padded batch at once.
-
-    `cache` holds the keys of the batch's forward pass (`Scorer.forward_batch`, B rows of the
-    widest trace's length W); row i's continuations are scored on row i's trace. Each row's
-    continuations are split into groups as in `score_continuations`; pass j packs group j of
-    every row into one (B, Q) query batch, Q the longest row's trie, with one (B, 1, Q, W + Q)
-    mask: a row's padded trace keys and its padding queries see nothing but themselves. The
-    cache is cut back to W after each pass. Out-of-memory is raised (the caller splits the
-    batch). `budget`: query tokens per row and pass.
-    """
+    """`score_continuations` for the B traces of one right-padded batch (`cache`: from
+    `Scorer.forward_batch`): pass j packs group j of every row into one (B, Q) query batch.
+    Out-of-memory is raised (the caller splits the batch). `budget`: query tokens per row."""
     if len(rows_ids) != len(rows_conts):
         raise ValueError(f"{len(rows_ids)} traces but {len(rows_conts)} lists of continuations")
     W = max((len(ids) for ids in rows_ids), default=0)

@@ -1,10 +1,6 @@
 """What forward passes give: one pass over a trace (`TracePass`), a token block scored after a
-prefix (`Continuation`) and its score, and scoring blocks from a pass's hidden states.
-
-These records are shared by the `Scorer` (which runs the passes) and `packing` (which lays many
-blocks into one pass); `continuation_scores` turns the hidden states at a block's positions into
-its log-probability, through the float32 head (`head`) in chunks of positions. Importing this
-module loads no torch: methods build `Continuation`s before any model is loaded.
+prefix (`Continuation`) and its score. Loads no torch at import: methods build `Continuation`s
+before any model is loaded.
 """
 
 from __future__ import annotations
@@ -82,12 +78,8 @@ def continuation_scores(
     head: OutputHead, hidden: torch.Tensor, rows: Sequence[Sequence[int]],
     conts: Sequence[Continuation],
 ) -> list[ContinuationScore]:
-    """Scores of continuations from the hidden states at their block positions.
-
-    `rows[i]` are the indices into `hidden` of continuation i's block: row 0 holds the token
-    before the block (it predicts ids[0]), row 1 + j holds ids[j]. All needed positions go
-    through the float32 `head` together, in chunks.
-    """
+    """Scores of continuations from the hidden states at their block positions: `rows[i]` index
+    continuation i's block in `hidden` (row 0: the token before it, predicting ids[0])."""
     import torch
 
     from cotcredit.lm.head import LOGIT_CHUNK

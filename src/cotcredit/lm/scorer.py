@@ -1,12 +1,8 @@
 """The scorer: every forward pass the methods need, on one loaded causal LM.
 
-One `Scorer` owns the model and tokenizer. Methods ask it questions — per-token log-probs and
-entropies of a trace, log p(continuation | prefix) for many prefixes of one trace, batched
-scoring of arbitrary sequences, differentiable scores of input embeddings — and never call the
-model themselves, so speed work happens here. How a model is found and its files loaded is
-`loading` (`load_scorer`, here, loads one once per process); the float32 output head is `head`;
-what passes give is `passes`; how prefix probes are packed into one pass is `packing`;
-out-of-memory halving is `backoff`.
+Methods ask it questions (token log-probs and entropies, log p(continuation | prefix) for many
+prefixes, perturbed sequences, differentiable embedding scores) and never call the model
+themselves, so speed work happens in one place.
 """
 
 from __future__ import annotations
@@ -62,11 +58,8 @@ def _home_relative(path: str) -> str:
 class Scorer:
     """Owns a causal LM and its tokenizer and answers every scoring question of the methods.
 
-    Logits are always computed here, in float32, from float32 hidden states and head weights
-    whatever the model's dtype, with the output processing of the model's family (Gemma's
-    soft-capping, Granite's `logits_scaling`, Cohere's `logit_scale`, `output_multiplier`). The
-    first forward pass checks that against the model's own `forward`; a family whose processing
-    is not reproduced is refused with one line, never scored silently wrong.
+    Logits are computed in float32 whatever the model's dtype, with the family's output
+    processing (`head`); the first pass checks them against the model's own `forward`.
     """
 
     def __init__(
@@ -93,8 +86,7 @@ class Scorer:
         self._prefix_terminators: dict[str, tuple[int, ...]] = {}
 
     def with_options(self, options: ModelOptions) -> Scorer:
-        """This scorer (same model, head, notes and query budget) with other `ModelOptions` (chat
-        template, system prompt, truncation)."""
+        """This scorer (same model, head, notes, budget) with other `ModelOptions`."""
         s = copy.copy(self)
         s.options = options
         return s
@@ -229,7 +221,8 @@ class Scorer:
 
     # ---- forward passes ------------------------------------------------------------------
     @torch.no_grad()
-    def forward(self, ids: Sequence[int], keep_cache: bool = True, stats_from: int = 0) -> TracePass:
+    def forward(self, ids: Sequence[int], keep_cache: bool = True,
+                stats_from: int = 0) -> TracePass:
         """One pass over `ids`: log-probs and entropies from position `stats_from` - 1 on (the
         distributions tokens `stats_from`.. were drawn from), computed in chunks of positions so
         a long trace never materialises a (tokens x vocabulary) tensor; the KV cache keeps every
@@ -295,13 +288,8 @@ class Scorer:
     def score_continuations(
         self, base: TracePass, conts: Sequence[Continuation]
     ) -> list[ContinuationScore]:
-        """log p(continuation | base.ids[:prefix_len]) for many continuations, packed (`packing`).
-
-        Uses `base.cache` (from `forward(..., keep_cache=True)`) and one forward per group of
-        blocks whose total length fits `query_budget`. The cache is restored after each group;
-        out-of-memory halves `query_budget` (kept for later calls) and retries. A model with a
-        layer type packed passes cannot reproduce runs one forward per block.
-        """
+        """log p(continuation | base.ids[:prefix_len]) for many continuations, packed on
+        `base.cache` (`packing`); a layout packed passes cannot reproduce runs one per block."""
         if self.layout.unsupported:
             self._note_unpacked()
             return self.score_continuations_naive(base.ids, conts)
@@ -394,7 +382,8 @@ class Scorer:
         conts, rows, flat, at = [], [], [], 0
         for j, q in enumerate(batch):
             n, t = len(q), target_lens[j]
-            conts.append(Continuation(prefix_len=n - t, ids=list(q[n - t :]), terminators=terminators))
+            conts.append(Continuation(prefix_len=n - t, ids=list(q[n - t :]),
+                                      terminators=terminators))
             rows.append(list(range(at, at + t + 1)))  # the token before the target, then it
             flat.append(h[j, n - t - 1 : n])
             at += t + 1

@@ -1,22 +1,14 @@
 """Decoding in slots: a row leaves its slot the step it ends, and the next row takes the slot.
 
-`SlotCache` holds the KV cache of a fixed number of slots for a transformers model: every
-layer's keys and values live in one buffer ``[slots, kv heads, columns, head dim]`` with spare
-columns, and a decoded token is written in place (transformers' `DynamicCache` concatenates,
-which copies the whole cache at every token). All slots share one column frame, as left padding
-does: at each step every slot writes its token's keys and values at the same column ``hi``. A row
-joins a free slot with its prompt's keys and values written right-aligned just before ``hi``,
-and the slot's row of the 2-D attention mask (1 on the row's own columns) hides whatever the
-slot held before. The model gets the columns ``lo..hi`` that some row attends to, the mask, and
-each row's own position ids, so a row's attention and positions are what they would be alone.
+`SlotCache` keeps every layer's keys and values in one buffer ``[slots, kv heads, columns, head
+dim]`` written in place (`DynamicCache` concatenates, copying the cache at every token). All
+slots share one column frame, as left padding does; a joining row's prompt is written
+right-aligned before column ``hi`` and its mask row hides what the slot held before, and each
+row keeps its own position ids. When the spare columns run out, `compact` drops unused columns
+and idle slots.
 
-When the spare columns run out, `compact` rebuilds the buffer without the columns no row
-attends to; it also drops idle slots, so the batch shrinks once no row waits to join. Both
-are copies of the live cache, made once per many steps.
-
-No library offers this: transformers `generate` keeps its batch fixed until the longest row
-ends, and its continuous batching samples from one shared random generator, where every row
-here keeps its own stream (`sampling`).
+Written by hand: transformers `generate` keeps its batch until the longest row ends, and its
+continuous batching samples from one shared generator, where each row here keeps its own stream.
 """
 
 from __future__ import annotations
@@ -142,8 +134,9 @@ class SlotCache:
         old_k, old_v, old_mask = self.keys, self.values, self.mask
         self._alloc(len(keep), columns)
         for layer in range(self.n_layers):
-            self.keys[layer][:, :, :width] = old_k[layer][:, :, keep_from:self.hi].index_select(0, index)
-            self.values[layer][:, :, :width] = old_v[layer][:, :, keep_from:self.hi].index_select(0, index)
+            live = slice(keep_from, self.hi)
+            self.keys[layer][:, :, :width] = old_k[layer][:, :, live].index_select(0, index)
+            self.values[layer][:, :, :width] = old_v[layer][:, :, live].index_select(0, index)
         self.mask[:, :width] = old_mask[:, keep_from:self.hi].index_select(0, index)
         self.start = [self.start[s] - keep_from for s in keep]
         self.occupied = [self.occupied[s] for s in keep]

@@ -24,7 +24,7 @@ _VLLM: dict[str, object] = {}
 
 
 class VLLMGenerator:
-    """vLLM with prefix caching; the model folder is the scorer's (see the module docstring)."""
+    """vLLM with prefix caching, on the scorer's model folder."""
 
     backend = "vllm"
 

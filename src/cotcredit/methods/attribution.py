@@ -1,29 +1,14 @@
-"""The attribution target shared by leave-one-out, Shapley and gradient attribution.
-
-Every attribution method scores the same scalar, a function of a coalition S of segments:
+"""The attribution target shared by leave-one-out, Shapley and gradient attribution:
 
     f(S) = log p(Y* | prompt ⊕ reasoning with the segments not in S absent ⊕ E)
-           [+ log Σ_{t ∈ T} p(t | ... ⊕ Y*)]
 
-with E the answer-forcing exit string and Y* the reference answer exactly as in
-`cotcredit.lm.forcing` (and RREDCoT's R̂): when E ends inside `\\boxed{`, the mass T of every token
-starting with "}" after Y* is added so "4" is not credited for "42". f(all) is R̂_K of RREDCoT.
+with E and Y* as in RREDCoT's R̂ (and its answer terminator), so f(all) = R̂_K. An absent
+segment's tokens are deleted by offset (or replaced by `baseline_text`) and the kept tokens
+follow each other as if the shorter reasoning had been written.
 
-Absence is deletion: the tokens of an absent segment are removed through its token offsets
-(never by searching its text) and the kept tokens simply follow each other, with position ids
-0, 1, 2, ... as if the shorter reasoning had been written. With `baseline_text`, an absent
-segment is replaced by the tokens of that text instead (e.g. "..." as a neutral filler).
-
-Cost. All coalitions whose first absent segment is j share the trace's tokens up to the start
-of segment j, which the trace's forward pass already holds in its KV cache. So the value of a
-coalition is one `Continuation` of the trace: prefix = prompt + reasoning before segment j,
-block = the kept tokens after it (their positions continue the prefix's, exactly the deletion
-semantics) + E + Y*. `ValueFunction` takes an (n × K) batch of 0/1 masks, memoises the values of
-coalitions it has seen, and scores all new ones in packed passes on the cache
-(`Scorer.score_continuations`). A full coalition is a continuation at the end of the trace.
-Inside a packed pass, continuations of one prefix that agree on the next segments share those
-tokens (a token trie), so Shapley's many coalitions cost far fewer tokens than their sum.
-LOO's "all but k" blocks share nothing: its cost is Σ_k (tokens after segment k) + K·|E ⊕ Y*|.
+A coalition whose first absent segment is j shares the trace's tokens before segment j, so it is
+one `Continuation` on the trace's KV cache: `ValueFunction` scores new coalitions in packed
+passes and memoises them.
 """
 
 from __future__ import annotations
@@ -47,10 +32,9 @@ if TYPE_CHECKING:  # numpy and torch load with the model (keeps `--help` fast)
     from cotcredit.lm import Scorer
 
 
-#: The command of loo, shapley and gradient: one table of the methods chosen with --method.
-#: The page of `cotcredit attribute` in the docs (made from the registry).
-PAGE = """Leave-one-out, Shapley values and gradient attribution, on the same segments as every other
-method, into one table (`attr.parquet`). Each method's estimate, cost and evidence:
+#: The page of `cotcredit attribute` (loo, shapley, gradient into one table) in the docs.
+PAGE = """Leave-one-out, Shapley values and gradient attribution, on the same segments as every
+other method, into one table (`attr.parquet`). Each method's estimate, cost and evidence:
 [leave-one-out](../methods/loo.md), [Shapley values](../methods/shapley.md),
 [gradient attribution](../methods/gradient.md).
 
@@ -142,9 +126,8 @@ def _as_masks(masks, K: int) -> np.ndarray:
 class ValueFunction:
     """f(S) for coalitions of one trace's segments; call it with an (n, K) 0/1 array.
 
-    Values are memoised per coalition, so methods sharing a trace (LOO, Shapley) and repeated
-    coalitions (Shapley permutations all end in the full coalition) cost one evaluation each.
-    `requested` counts coalitions asked for, `evaluated` the distinct ones computed.
+    Memoised per coalition (LOO and Shapley share a trace's); `requested` counts coalitions
+    asked for, `evaluated` the distinct ones computed.
     """
 
     def __init__(self, ctx: TraceContext, options: TargetOptions | None = None):
@@ -194,8 +177,8 @@ class ValueFunction:
             prefix = len(self.prompt_ids) + self.spans[j][0]
         if prefix + len(ids) > self.scorer.max_context:
             raise UserError(
-                f"{self.ctx.trace.where}: a perturbed trace has {prefix + len(ids)} tokens, more than "
-                f"the model's context of {self.scorer.max_context} (shorter --baseline-text?)"
+                f"{self.ctx.trace.where}: a perturbed trace has {prefix + len(ids)} tokens, more "
+                f"than the model's context of {self.scorer.max_context} (shorter --baseline-text?)"
             )
         return Continuation(prefix, ids, len(ids) - n_target, self.terminators)
 
@@ -258,11 +241,7 @@ class ValueFunction:
 
 
 def value_function(ctx: TraceContext, options: TargetOptions | None = None) -> ValueFunction:
-    """The trace's value function for these target options, shared by the methods of one run.
-
-    LOO and Shapley on the same trace and target reuse each other's coalitions (f(all), the
-    leave-one-out coalitions) instead of scoring them twice.
-    """
+    """The trace's value function for these target options, shared by the methods of a run."""
     options = (options or TargetOptions()).validate()
     if options not in ctx.value_functions:
         ctx.value_functions[options] = ValueFunction(ctx, options)
@@ -270,14 +249,9 @@ def value_function(ctx: TraceContext, options: TargetOptions | None = None) -> V
 
 
 class EmbeddingTarget:
-    """f(all) as a differentiable function of the reasoning tokens' input embeddings.
-
-    Call it with an (B, n_reasoning, hidden) tensor: each row replaces the reasoning embeddings
-    of prompt ⊕ reasoning ⊕ E ⊕ Y* (the prompt, E and Y* embeddings stay fixed) and gives
-    log p(Y* | ...) [+ log terminator mass], shape (B,), through `Scorer.score_embeddings`
-    (logits only at the answer positions, in float32 like every other score). At the trace's
-    own embeddings it equals `ValueFunction.full` (up to float rounding).
-    """
+    """f(all) as a differentiable function of the reasoning tokens' input embeddings: called
+    with (B, n_reasoning, hidden), gives (B,); at the trace's own embeddings it equals
+    `ValueFunction.full`."""
 
     def __init__(self, ctx: TraceContext, options: TargetOptions | None = None):
         options = (options or TargetOptions()).validate()

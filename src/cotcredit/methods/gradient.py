@@ -1,23 +1,13 @@
-"""Gradient attribution of the answer's log-probability to the segments (captum).
+"""Gradient attribution (captum) of the attribution target f = log p(Y* | prompt ⊕ reasoning ⊕
+E) (`methods.attribution`) to the input embeddings x_i of the reasoning tokens:
 
-The target is the same scalar as every attribution method (`cotcredit.methods.attribution`), here at
-the full trace, f = log p(Y* | prompt ⊕ reasoning ⊕ E) [+ log terminator mass], seen as a
-function of the input embeddings x_i ∈ R^d of the reasoning tokens (prompt, E and Y* fixed).
-captum computes a token × hidden attribution a_i for each reasoning token:
+- `ig`: a_i = (x_i − x'_i) ⊙ ∫_0^1 ∂f/∂x_i (x' + α(x − x')) dα, baseline x' = 0 or the pad
+  embedding, `steps` Gauss–Legendre points; the completeness gap is `delta`.
+- `saliency`: a_i = ∂f/∂x_i (signed).
+- `ixg`: a_i = x_i ⊙ ∂f/∂x_i.
 
-- `ig` (integrated gradients): a_i = (x_i − x'_i) ⊙ ∫_0^1 ∂f/∂x_i (x' + α(x − x')) dα, with the
-  baseline x' = 0 (or the pad token's embedding), `steps` Gauss–Legendre points. Completeness:
-  Σ_i Σ_d a_i ≈ f(x) − f(x'); the gap is reported as `delta` (more steps shrink it).
-- `saliency`: a_i = ∂f/∂x_i (signed, captum's `abs=False`).
-- `ixg` (input × gradient): a_i = x_i ⊙ ∂f/∂x_i.
-
-Segment k gets score_k = Σ_{i ∈ k} Σ_d a_{i,d} (signed: positive = moving the embeddings from
-the baseline toward the text raised p(Y*)) and `l2` = ‖a_{i ∈ k}‖_F, the Frobenius norm of its
-token × hidden attributions (a magnitude that signed cancellation cannot hide).
-
-Cost: logits only at the answer positions; IG runs `steps` forward + backward passes in internal
-batches of about `batch_tokens` tokens (one sequence per batch for long traces), so an 8k-token
-trace fits a 24 GB CPU machine with the 135M model. saliency and ixg share one gradient.
+Segment k gets score_k = Σ_{i ∈ k} Σ_d a_{i,d} and `l2` = ‖a_{i ∈ k}‖_F (a magnitude signed
+cancellation cannot hide). IG runs in batches of about `batch_tokens` tokens to bound memory.
 """
 
 from __future__ import annotations
@@ -27,7 +17,12 @@ from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
 from cotcredit.extras import require
-from cotcredit.methods.attribution import ATTRIBUTE, EmbeddingTarget, TargetOptions, resolve_target
+from cotcredit.methods.attribution import (
+    ATTRIBUTE,
+    EmbeddingTarget,
+    TargetOptions,
+    resolve_target,
+)
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import option
 
@@ -161,7 +156,8 @@ SPEC = MethodSpec(
     labels=_labels,
     reserve=lambda scorer, trace, options: 64,
     description="captum gradient attribution (ig, saliency, ixg) on input embeddings, per segment",
-    columns={"l2": "float64", "delta": "float64", "steps": "int64", "value_full": "float64", "value_baseline": "float64"},
+    columns={"l2": "float64", "delta": "float64", "steps": "int64", "value_full": "float64",
+             "value_baseline": "float64"},
     order=4,
     all_labels=tuple(f"gradient-{k}" for k in KINDS),
     prepare=resolve_target,

@@ -1,19 +1,11 @@
 """Leave-one-out: how much the answer's log-probability drops when one segment is deleted.
 
-With the attribution target of `cotcredit.methods.attribution`,
-
-    f(S) = log p(Y* | prompt ⊕ reasoning restricted to the segments in S ⊕ E),
-
-the score of segment k is
+With the attribution target f(S) = log p(Y* | prompt ⊕ reasoning of the segments in S ⊕ E)
+(`methods.attribution`):
 
     loo_k = f(all) − f(all \\ {k})
 
-Sign: positive means the segment helped the model state the reference answer (deleting it makes
-Y* less likely); negative means the answer is more likely without it.
-
-Cost: one forward pass over the trace (shared with segmentation), then K continuations of it —
-"all but k" shares the trace's KV cache up to the start of segment k, and only the tokens after
-segment k (re-positioned) + E + Y* are scored, all K in packed passes.
+Positive: the segment helped the model state the reference answer.
 """
 
 from __future__ import annotations
@@ -60,8 +52,7 @@ def run(ctx: TraceContext, options: LooOptions) -> MethodRows:
 
 
 def reserve(scorer, trace, options: LooOptions) -> int:
-    """Context kept free after the trace: the longest perturbed continuation's target (E ⊕ Y*, plus
-    a baseline text)."""
+    """Context kept free after the trace: E ⊕ Y*, plus room for baseline texts."""
     extra = (
         len(scorer.encode_text(options.target.baseline_text)) if options.target.baseline_text else 0
     )

@@ -1,29 +1,12 @@
-"""Shapley values of the segments for the answer's log-probability.
-
-Players are the K segments; the value of a coalition S is the attribution target of
-`cotcredit.methods.attribution`, f(S) = log p(Y* | prompt ⊕ reasoning restricted to S ⊕ E) (absent
-segments deleted, or replaced by `baseline_text`). The Shapley value of segment k is
+"""Shapley values of the segments for the attribution target f (`methods.attribution`):
 
     φ_k = Σ_{S ⊆ N \\ {k}} |S|! (K − |S| − 1)! / K! · (f(S ∪ {k}) − f(S))
 
-= the mean over orderings of the segments of k's marginal contribution when it is added. It is
-efficient: Σ_k φ_k = f(all) − f(none). Positive: the segment raises p(Y*) on average.
-
-Exact when K ≤ `exact_max` (all 2^K coalitions), else sampled over `samples` random orderings
-drawn with `seed` (sampling is still exactly efficient, every ordering telescopes). The
-attribution work is done by a library, the value function by cotcredit:
-- `backend="shap"`: `shap.explainers.Exact` (exact) or `shap.explainers.Permutation`
-  (antithetic orderings: each sampled ordering is also walked backwards, so `samples` is rounded
-  up to an even number), with an `Independent` masker over the K binary features whose
-  background is the all-absent row.
-- `backend="captum"`: `captum.attr.ShapleyValues` (exact; it walks all K! orderings — about
-  18 s of captum's own bookkeeping at K = 8, 2 s at K = 7 — so it is used for
-  K ≤ min(exact_max, 8)) or `ShapleyValueSampling` with `samples` orderings, over a (1, K)
-  tensor of ones with baseline 0.
-
-Cost: coalitions are evaluated in batches (shap: one batch per ordering pair, or all 2^K at
-once; captum: every coalition of every drawn ordering at once before captum walks them) and each
-batch is scored in packed passes on the trace's KV cache; repeated coalitions are scored once.
+k's mean marginal contribution over orderings; Σ_k φ_k = f(all) − f(none). Exact when
+K ≤ `exact_max`, else over `samples` orderings drawn with `seed` (still exactly efficient).
+The library (shap's Exact/Permutation explainers, whose sampled orderings are antithetic so
+`samples` rounds up to even, or captum's ShapleyValues/ShapleyValueSampling) walks the
+orderings; cotcredit scores the coalitions in batches of packed passes.
 """
 
 from __future__ import annotations
@@ -48,7 +31,7 @@ if TYPE_CHECKING:  # numpy and torch load with the model (keeps `--help` fast)
     import numpy as np
     import torch
 
-CAPTUM_EXACT_MAX = 8  # captum's exact ShapleyValues enumerates K! orderings
+CAPTUM_EXACT_MAX = 8  # captum's exact ShapleyValues walks K! orderings (~18 s of its own at 8)
 
 
 @dataclass(frozen=True)
@@ -61,7 +44,8 @@ class ShapleyOptions:
         help="shap: shap's Exact/Permutation explainers; captum: "
         "ShapleyValues/ShapleyValueSampling.",
     )
-    samples: int = option(32, help="Shapley: orderings of the segments sampled when K > --exact-max.")
+    samples: int = option(
+        32, help="Shapley: orderings of the segments sampled when K > --exact-max.")
     exact_max: int = option(
         10,
         help="Shapley: exact (all 2^K coalitions) when there are at most this many segments "
@@ -204,8 +188,7 @@ def run(ctx: TraceContext, options: ShapleyOptions) -> MethodRows:
 
 
 def reserve(scorer, trace, options: ShapleyOptions) -> int:
-    """Context kept free after the trace: the longest coalition's target (E ⊕ Y*, plus a baseline
-    text)."""
+    """Context kept free after the trace: E ⊕ Y*, plus room for baseline texts."""
     extra = (
         len(scorer.encode_text(options.target.baseline_text)) if options.target.baseline_text else 0
     )
@@ -219,7 +202,8 @@ SPEC = MethodSpec(
     labels=lambda options: ["shapley"],
     reserve=reserve,
     description="Shapley values of segments for f = log p(Y* | reasoning ⊕ E) (shap or captum)",
-    columns={"backend": "string", "exact": "bool", "samples": "int64", "coalitions": "int64", "value_full": "float64", "value_empty": "float64"},
+    columns={"backend": "string", "exact": "bool", "samples": "int64", "coalitions": "int64",
+             "value_full": "float64", "value_empty": "float64"},
     order=3,
     prepare=resolve_target,
     shortcuts={"shapley_samples": "samples"},

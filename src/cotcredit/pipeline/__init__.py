@@ -1,7 +1,4 @@
-"""The analysis path and the Python API of the commands.
-
-Layer 6 of cotcredit (it imports the layers below: data, store, lm, segmentation, methods). Its
-modules:
+"""The analysis path and the Python API of the commands. Its modules:
 
 * ``inputs``: which traces a run reads, and every check a run can make before its model loads;
 * ``run``: ``score`` and ``run_analysis``, the one path every analysis takes (traces -> encode
@@ -13,8 +10,6 @@ modules:
 * ``scores``: reading score tables back (checked to share one segmentation), and finding
   each method's table in a folder;
 * ``export``: one method's segment credits as JSON Lines (e.g. process reward model labels).
-
-The names below are importable from ``cotcredit.pipeline`` and load their module on first use.
 """
 
 from __future__ import annotations

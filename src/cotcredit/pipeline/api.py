@@ -1,9 +1,6 @@
-"""The Python API of the commands: `score`, which runs any registered methods, `segment`, and one
-function per method command, made from the method registry.
-
-The command line parses its options into the same option objects and calls these functions;
-what it adds is printing. Each returns the run's `RunSummary` (counts, notes, output tables;
-`.frame()` reads the rows)::
+"""The Python API of the commands: `score` (any registered methods), `segment`, and one function
+per method command, made from the registry. The command line calls these and adds printing.
+Each returns the run's `RunSummary` (`.frame()` reads the rows)::
 
     import cotcredit
     from cotcredit.methods.rredcot import RredcotOptions
@@ -14,14 +11,10 @@ what it adds is printing. Each returns the run's `RunSummary` (counts, notes, ou
     cotcredit.score("traces.jsonl", "attr.parquet", methods=["loo", "shapley"])  # any method
     report = cotcredit.compare(methods="rredcot,mc,loo")   # the tables in the folder
 
-A method command's function is named after the command (``mc-baseline``: ``mc_baseline``) and
-is made from its `MethodCommand` (`command_function`), so a method added in one file, here or
-by entry point, has its function as it has its command: ``cotcredit.NAME(traces, output,
-options=..., label=...)`` for a command of one method, ``cotcredit.NAME(traces, output,
-methods=...)`` for one shared by several (``attribute``). Without an output path an analysis
-keeps its rows in memory. `traces` is any input the commands read (JSONL, gzip, JSON, Parquet,
-a `datasets` folder or id; see `readers`) or a list of `Trace`s; `inputs=InputOptions(
-preset="processbench", split="test")` says how to read it, as the command's flags do.
+A method command's function is named after it (``mc-baseline``: ``mc_baseline``):
+``NAME(traces, output, options=..., label=...)``, or ``NAME(traces, output, methods=...)`` for a
+shared command (``attribute``). Without an output path the rows stay in memory. `traces` is any
+input the commands read or a list of `Trace`s; `inputs=InputOptions(...)` says how to read it.
 """
 
 from __future__ import annotations

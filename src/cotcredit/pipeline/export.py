@@ -1,34 +1,11 @@
 """Export per-segment scores as JSON Lines for process-reward training, evaluators and RL.
 
-One line per trace of one method's scores (a table holding several needs ``method``). Step
-formats, each for the reader named (``--format``):
-
-* ``processbench`` — ProcessBench's layout (Qwen/ProcessBench and the evaluators written for
-  it; cotcredit reads it back with ``--format processbench``): ``{"id", "problem", "steps":
-  [str, ...], "label", "final_answer_correct"}``. ``steps`` are the segment texts without their
-  surrounding whitespace; ``label`` is the index of the first step whose score is not above
-  ``threshold`` (the first "wrong" step), -1 if every step is above it;
-  ``final_answer_correct`` is the trace's outcome ζ ≥ 0.5 (its ``correct``/``reward`` field,
-  else the table's ``outcome`` column; null when neither is known).
-* ``openrlhf-prm`` — OpenRLHF's process-reward dataset (``openrlhf.datasets.ProcessRewardDataset``,
-  trained with ``--input_key input --label_key label --placeholder_token <placeholder>
-  --reward_tokens + -``): ``{"input": prompt, a line break, then each step followed by " " and
-  the placeholder, one step a line; "label": ["+" | "-", ...]}``, one label per placeholder,
-  ``+`` where the score is above ``threshold``. A step holding the placeholder is an error
-  (the labels would shift).
-* ``step-rewards`` — per-step rewards for RL trainers that take dense rewards (verl's
-  ``token_level_scores``, a reward at a token): ``{"id", "prompt", "steps", "rewards",
-  "token_spans", "char_spans"}``; ``rewards`` are the scores themselves (NaN as null),
-  ``token_spans[k]`` = [start, end) of step k in the response's tokens (put reward k on token
-  end − 1), null when the table has no token columns.
-* ``jsonl`` — every column: ``{"trace_id", "run_id", "method", "prompt", "segments":
-  [{"segment", "text", "score", "char_start", ..., method columns}]}``; NaN becomes ``null``.
-  The method columns are every column its spec declares (null ones too, so all records of a
-  method have the same keys) and any other column with a value; integer columns stay integers.
-
-A label cannot be made from a NaN score: ``processbench`` and ``openrlhf-prm`` leave out traces
-with any NaN score and report them in the result. ``trl-stepwise`` (TRL's ``PRMTrainer``
-format) is gone with that trainer: asking for it is an error naming the replacements.
+One line per trace of one method's scores, in a format for a named reader (``--format``; fields:
+docs/commands/export.md): ``processbench`` (label: the first step whose score is not above
+``threshold``), ``openrlhf-prm`` (a placeholder and a +/- label per step), ``step-rewards``
+(dense per-step rewards with token spans, as verl's ``token_level_scores``) and ``jsonl`` (every
+column; a method's declared columns always, so its records share keys). The label formats
+leave out traces with a NaN score and report them.
 """
 
 from __future__ import annotations
@@ -152,7 +129,7 @@ def _spans(group, start: str, end: str) -> list | None:
 
 def _step_record(format: str, tid: str, prompt: str, group, texts: list[str], score,
                  threshold: float, placeholder: str, outcome: float | None) -> dict[str, Any]:
-    """One trace's line in a step format (see the module doc)."""
+    """One trace's line in a step format."""
     labels = [bool(s > threshold) for s in score]
     if format == "processbench":
         return {"id": tid, "problem": prompt, "steps": [t.strip() for t in texts],
@@ -182,7 +159,7 @@ def export_scores(
     outcomes: Mapping[str, float | None] | None = None,
     placeholder: str = DEFAULT_PLACEHOLDER,
 ) -> ExportResult:
-    """Write one JSON line per trace of ``method``'s scores to ``out`` (see the module docstring).
+    """Write one JSON line per trace of ``method``'s scores to ``out`` (module docstring).
 
     Args:
         scores: a tidy score table (one row per trace, segment and method).

@@ -1,22 +1,10 @@
 """Sampling graded traces from a problem set: what `cotcredit generate` does.
 
-A problem line holds a prompt and a reference answer, optionally a reference solution and an id
-(the same field aliases and line-numbered errors as traces; default id: the line number). For
-each problem the model samples `samples` responses (the same generator as the Monte Carlo
-baseline, `cotcredit.lm.sampling`); each response is graded against the reference answer
-(`grading.grade_completion`) and written as one trace line that every analysis command reads:
-
-    {"id": "<problem id>-s<j>", "prompt", "response", "answer", "solution", "correct",
-     "problem_id", "sample", "extracted_answer", "finish_reason", "n_tokens", "model",
-     "temperature", "top_p", "max_new_tokens", "seed", "backend", "chat_template",
-     "system_prompt"}
-
-`prompt` is the problem's own text: analysis commands render it with the chat template again, so
-run them with the same --chat-template/--system-prompt. The lines of a problem are appended
-together (flush + fsync) as soon as it is sampled; a rerun skips problems whose samples are all
-in the file (a larger --samples adds the missing ones: sample j is the same whenever it is
-drawn, see `cotcredit.lm.sampling`) and refuses a file written with other sampling options unless
-`overwrite`.
+Each problem's `samples` responses are graded against its answer and written as trace lines
+(id ``<problem id>-s<j>``, the problem's own prompt, ``correct``, ``problem_id`` and the
+sampling options), appended and synced once the problem is done. A rerun skips complete
+problems (a larger --samples adds the missing ones: sample j is the same whenever it is
+drawn) and refuses a file written with other sampling options unless `overwrite`.
 """
 
 from __future__ import annotations
@@ -153,7 +141,7 @@ def generate_traces(
     subset: str | None = None,
 ) -> GenerateSummary:
     """Sample `options.samples` graded responses per problem and append them to `output` as
-    trace lines (see the module docstring). `model`: a Scorer, ModelOptions, a model name or
+    trace lines. `model`: a Scorer, ModelOptions, a model name or
     None (embedded). `progress`: True for a rich bar, or a callback (problems done, samples,
     correct) called after each problem. `split`/`subset`: of a dataset input."""
     from cotcredit.pipeline.api import scorer_for

@@ -1,13 +1,10 @@
 """The one path every analysis takes: traces → encode → one forward pass → segments → methods
 → rows appended per trace to Parquet tables.
 
-`score` is what every analysis command calls (`segment`, `redistribute`, `mc-baseline`,
-`attribute`, a method command added later; `compare` calls `run_analysis` itself): it checks
-the inputs before the model loads, loads it, and runs `run_analysis`. The traces are read as a
-stream and each trace's rows go to disk as soon as it is scored, so
-memory does not grow with the number of traces. Under a launcher (torchrun, accelerate launch)
-every process reads the stream, scores the traces whose id hashes to it, writes its own parts
-of the output folders; the main process then compacts them and reports for the whole run.
+`score` (every analysis command) checks the inputs before the model loads, then runs
+`run_analysis`. Traces are streamed and each trace's rows are written once it is scored, so
+memory does not grow with the input. Under a launcher each process scores the traces whose id
+hashes to it; the main process compacts the parts and reports.
 """
 
 from __future__ import annotations
@@ -68,18 +65,14 @@ def score(
     label: str | None = None,
     command: str | None = None,
 ) -> RunSummary:
-    """Run any registered methods (``cotcredit.methods.registry``) on one segmentation of each
-    trace, their rows into one table: what every analysis command does.
+    """Run registered methods on one segmentation of each trace, their rows into one table.
 
-    ``methods``: a method name, several (default options each), or name -> options (None:
-    defaults), e.g. ``{"rredcot": RredcotOptions(value="rhat")}``; none: the segmentation
-    alone. ``label`` (one method): the method label of its rows (e.g. "rredcot-rhat" for a
-    variant compared with others). ``command``: the methods must be those of this command
-    (``MethodSpec.command``), as on its command line. With ``overwrite``, what a method keeps
-    beside its table is replaced too (``MethodSpec.overwrite``: mc's rollouts table). The
-    inputs and options are checked before the model loads. ``traces``: any input the commands
-    read or a list of `Trace`s; ``model``: a name, path, `ModelOptions` or `Scorer` (None: the
-    embedded model); without ``output`` the rows stay in memory (``frame()`` reads them).
+    ``methods``: a name, several, or name -> options (None: defaults), e.g.
+    ``{"rredcot": RredcotOptions(value="rhat")}``; none: the segmentation alone. ``label`` (one
+    method): its rows' label, e.g. "rredcot-rhat". ``command``: the methods must be this
+    command's. ``overwrite`` also replaces what a method keeps beside its table (mc's
+    rollouts). ``model``: a name, path, `ModelOptions` or `Scorer` (None: the embedded model);
+    without ``output`` the rows stay in memory (``frame()`` reads them).
     """
     if isinstance(methods, str):
         methods = [methods]
@@ -111,9 +104,8 @@ def score(
 
 
 def scorer_for(model: Model, progress: bool = False) -> Scorer:
-    """A loaded scorer for a model name, path, `ModelOptions` or scorer (None: embedded);
-    `progress` shows "loading model" on a terminal's stderr while it loads. A `--model` path
-    that does not exist fails here, before torch and transformers are imported."""
+    """A loaded scorer for a model name, path, `ModelOptions` or scorer (None: embedded). A
+    `--model` path that does not exist fails before torch is imported."""
     if model is None or isinstance(model, (str, Path)):
         model = ModelOptions(model=None if model is None else str(model))
     if not isinstance(model, ModelOptions):
@@ -153,9 +145,9 @@ _KEYED_BEFORE = {"response": ("response", "completion", "generation", "output"),
 
 
 def fields_spec(names: FieldNames) -> dict:
-    """The field names as recorded in a table's metadata and run key: every group that differs
-    from its default, and the six original groups always (a default written as it was before
-    the later groups existed), so an unchanged reading keeps an unchanged run key."""
+    """The field names recorded in a table's metadata and run key: every group that differs from
+    its default, and the six original groups always (as written before the others existed), so
+    an unchanged reading keeps its run key."""
     default = FieldNames()
     out = {}
     for key, value in _plain(names).items():
@@ -167,9 +159,8 @@ def fields_spec(names: FieldNames) -> dict:
 
 
 def segment_columns(ctx: TraceContext, run_id: str) -> list[dict]:
-    """The segmentation columns shared by every table, one dict per segment. `error_char` is the
-    trace's (the same on each of its rows: where its first error starts in the response, -1
-    none, null unknown)."""
+    """The segmentation columns shared by every table, one dict per segment (`error_char`: the
+    trace's, on each of its rows)."""
     error_char = ctx.trace.error_char
     return [
         {
@@ -208,13 +199,10 @@ def run_analysis(
 ) -> RunSummary:
     """Segment every trace once and run each method on that segmentation.
 
-    `methods` maps a method name to its options (None: defaults). `outputs` maps an output label
-    (`"segments"`, a method name, or a row label such as `gradient-ig`) to a Parquet path; rows of
-    labels sharing a path go into one table. Without any output path the rows are returned in
-    `summary.rows` (unless `keep_rows=False`). `timings` adds `cost_seconds` (wall seconds per
-    trace and method) to the tables; token counts are always there. `rename` maps a method's
-    row label to the label its rows get (e.g. {"rredcot": "rredcot-rhat"} for a variant).
-    `cache`: what the run builds once (`RunCache`; default: a new one).
+    `outputs` maps an output label (`"segments"`, a method, or a row label such as
+    `gradient-ig`) to a Parquet path (labels sharing a path share a table); without one the rows
+    are in `summary.rows` (unless `keep_rows=False`). `timings` adds `cost_seconds`. `rename`
+    maps a row label to another (a variant). `cache`: default a new `RunCache`.
     """
     from cotcredit.store.schema import run_key, table_schema
     from cotcredit.store.tables import TableWriter, rows_by_trace

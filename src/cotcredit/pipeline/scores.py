@@ -1,12 +1,5 @@
-"""Reading score tables, checking that the methods in them share one segmentation, and finding
-each method's table in a folder.
-
-A score table is what every method writes: one row per trace, segment and method, with the
-segment's character span and text. A table is a Parquet file or a table folder (one table split
-over several files, see ``cotcredit.store.io``); both read the same way. ``find_score_tables``
-finds, for each method, the one table in a folder that holds its rows, whatever its name
-(``rredcot.parquet``, ``attr.parquet`` holding ``loo`` and ``shapley``, ...); the segmentation
-table and a report's own tables hold no method rows and are passed over.
+"""Reading score tables (files or table folders), checking that their methods share one
+segmentation, and finding each method's table in a folder whatever its name.
 """
 
 from __future__ import annotations
@@ -125,17 +118,10 @@ def load_scores(
 ) -> pd.DataFrame:
     """Read and concatenate score tables, one or more methods per table.
 
-    With ``methods`` (row labels such as ``loo`` or ``gradient-ig``), only those methods' rows
-    are kept, so a table holding other methods too can be passed. With ``columns``, only the
-    required columns and those of ``columns`` a table has are read (a report reads a few of a
-    wide table's). Refuses (``UserError``) a method that appears in two tables, a (trace,
-    segment, method) that appears twice, and a trace whose segmentation differs between
-    methods (segment count or any segment's ``char_start``/``char_end``): correlating such
-    scores would silently pair unrelated spans.
-
-    Texts are read once: a segment's text comes from the first table that holds its trace, and
-    the ``text`` column is categorical, each distinct text held once for every method's rows
-    (three methods' tables of 100,000 traces would otherwise hold every text three times).
+    ``methods`` (row labels such as ``gradient-ig``) keeps only their rows; ``columns`` reads
+    only the required columns and those. Refuses (``UserError``) a method in two tables, a
+    repeated (trace, segment, method) and a trace segmented differently by two methods, whose
+    scores would silently pair unrelated spans. Texts are read once, as a categorical column.
     """
     import pandas as pd
 
@@ -346,18 +332,9 @@ def _wanted_labels(name: str, present: set[str]) -> tuple[str, ...]:
 def find_score_tables(
     folder: str | Path = ".", methods: str | Sequence[str] = "rredcot,mc,loo"
 ) -> dict[str, Path]:
-    """For each method, the score table in ``folder`` that holds its rows.
-
-    Looks at every ``*.parquet`` (file or table folder) directly in ``folder``; tables without
-    the score columns (the segmentation, the report's own tables) are passed over. A method is
-    found under its row labels (``gradient`` under ``gradient-ig`` etc.).
-
-    Returns: row label -> table, in display order.
-
-    Raises:
-        ScoreTablesNotFound: one line per method with no table (naming the command that makes
-            it) and per label found in two tables (naming both); a ``UserError``.
-    """
+    """Row label -> the score table directly in ``folder`` that holds its rows, in display
+    order (``gradient`` is found under ``gradient-ig`` etc.). Raises `ScoreTablesNotFound` (a
+    `UserError`) with a line per method without a table (naming its command) or in two."""
     folder = Path(folder)
     if not folder.is_dir():
         raise UserError(f"{folder}: no such folder")

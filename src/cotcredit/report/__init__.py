@@ -1,8 +1,7 @@
 """Compare credit-assignment methods on one segmentation: statistics, figures and the report.
 
-Layer 7 of cotcredit. Input is the tidy score table every method writes (one row per trace,
-segment and method; read by ``cotcredit.pipeline.scores``). The modules, each importing only
-those listed before it:
+Input is the tidy score table every method writes. The modules, each importing only those
+before it:
 
 * ``bootstrap``: one set of bootstrap resamples of the traces, shared by every interval;
 * ``correlation``: per-trace correlations of many traces at once, traces as arrays;
@@ -18,9 +17,6 @@ those listed before it:
 * ``writer``: ``write_report``, the report folder;
 * ``terminal``: the summary printed by ``cotcredit compare``;
 * ``compare``: ``cotcredit compare`` (runs the methods or finds their tables, then reports).
-
-The names below are importable from ``cotcredit.report`` and load their module (and pandas)
-on first use.
 """
 
 from __future__ import annotations

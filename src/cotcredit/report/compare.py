@@ -494,7 +494,8 @@ def compare(
                               **stats)
     if scores is not None:
         if traces is not None or given:
-            raise UserError("compare --scores: give score tables only (no traces or method options)")
+            raise UserError(
+                "compare --scores: give score tables only (no traces or method options)")
         return compare_scores(list(scores), output or REPORT_FOLDER,
                               traces=records(report.explorer_traces), **stats)
     from cotcredit.pipeline.api import scorer_for

@@ -82,7 +82,8 @@ def correlation(name: str, x: np.ndarray, y: np.ndarray) -> float:
     return float(rowwise(name, x[None, :], y[None, :])[0])
 
 
-def pooled_correlations(x: np.ndarray, y: np.ndarray, names: Sequence[str]) -> dict[str, float] | None:
+def pooled_correlations(x: np.ndarray, y: np.ndarray,
+                        names: Sequence[str]) -> dict[str, float] | None:
     """Correlations over pooled points, or None when fewer than 3 points or a side is constant."""
     if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return None

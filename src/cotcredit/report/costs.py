@@ -1,12 +1,9 @@
 """What each method cost: seconds and model tokens per trace, and the ratio to a baseline.
 
-Methods that measure their cost write it on every row of a trace (the same value repeated):
-``cost_seconds`` (wall-clock time), ``cost_forward_tokens`` (tokens run through the model in
-forward passes: the shared pass over the trace for the methods that read it, their probes, and
-the prompts of Monte Carlo rollouts) and ``cost_generated_tokens`` (tokens sampled by rollouts);
-each is what a run of that method alone would pay. The summary
-averages them over the traces every costed method scored, so the methods are compared on the same
-traces, and divides each mean by the baseline's (RREDCoT by default).
+Each method writes, on every row of a trace, what a run of it alone would pay: ``cost_seconds``,
+``cost_forward_tokens`` (the shared trace pass if it reads it, its probes, rollout prompts) and
+``cost_generated_tokens``. The summary averages them over the traces every costed method scored
+and divides by the baseline's (RREDCoT by default).
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """What is correlated: one declared credit definition for every value-based method.
 
-RREDCoT's rewards and Monte Carlo's credits are both built from a value per boundary (RREDCoT:
-g_k = R̂_k + v̂_k, columns ``g_before``/``g_after``; Monte Carlo: V_k, columns
-``value_before``/``value_after``), but their ``score`` columns keep different books: RREDCoT's
-first segment also carries g_0 and its last the terminal correction ζ − g_K, so that its rewards
-sum to the outcome ζ; Monte Carlo's credits are the bare differences. Correlating the two
-``score`` columns compares bookkeeping as much as estimates. So the report correlates, for every
-method whose rows carry value columns:
+RREDCoT's ``score`` carries g_0 and the terminal correction, Monte Carlo's does not, so
+correlating ``score`` columns compares bookkeeping as much as estimates. For every method with
+value columns (``MethodSpec.value_columns``) the report uses:
 
-* ``differences`` (the default): the value differences v_k − v_(k−1) (RREDCoT g_k − g_(k−1),
-  Monte Carlo V_k − V_(k−1)); no start value, no terminal correction;
-* ``return``: the same differences plus the start value v_0 on the first segment and ζ − v_K on
-  the last, so each trace's credits sum to its outcome ζ (the ``outcome`` column of any table's
-  rows of that trace; refused when no table records it);
-* ``score``: each table's ``score`` column as written (what versions before 0.3 compared).
+* ``differences`` (default): v_k − v_(k−1), no start value, no terminal correction;
+* ``return``: the same plus v_0 on the first segment and ζ − v_K on the last (sums to ζ);
+* ``score``: the ``score`` column as written (before 0.3).
 
-Methods without value columns (leave-one-out, Shapley, gradients: attributions, not values) keep
-their ``score`` under every definition; the report says which rows were redefined.
+Attributions (leave-one-out, Shapley, gradients) keep their ``score`` under every definition.
 """
 
 from __future__ import annotations
@@ -70,7 +62,7 @@ def value_methods(scores: pd.DataFrame) -> dict[str, tuple[str, str]]:
 
 def value_credit(scores: pd.DataFrame, credit: str = "differences") -> pd.DataFrame:
     """``scores`` with the ``score`` of value-based methods replaced by ``credit`` (a copy;
-    the original score is kept in ``score_as_written``). See the module docstring."""
+    the original score is kept in ``score_as_written``)."""
     if credit not in CREDITS:
         raise UserError(f"--credit: unknown definition {credit!r} (known: {', '.join(CREDITS)})")
     out = scores.copy(deep=False)  # copy-on-write: only the replaced column is new

@@ -1,43 +1,14 @@
 """The trace explorer: one self-contained HTML page to browse scored traces and read their credit.
 
-``write_explorer`` turns the score rows of several methods on one segmentation (what ``compare``
-loads) into ``explorer.html``. The page has
+The page (what it shows: docs/guides/explorer.md) needs no server: the data is a JSON island of
+column arrays, texts once, and the code is inlined from ``explorer_assets/``; the browser draws,
+Python only arranges data. Credit is the report's definition (`report.credit`) rounded to
+``digits``; ρ is Spearman with the reference method, min ρ the lowest over pairs of methods; hit
+is the per-trace top-1 of `report.localization`.
 
-* a list of every trace: outcome, number of segments, first-error position when labelled, each
-  method's localization hit, each method's agreement with the reference and the lowest pairwise
-  agreement; sortable and filterable, drawn a screenful at a time;
-* a view of one trace: the prompt and the reasoning with each segment shaded by a method's credit
-  (diverging scale centred on 0, legend, the lowest-credit segment marked), every method side by
-  side as strips, the labelled first error marked, each segment's scores on hover or focus, and
-  the value curves of the value-based methods (Monte Carlo V_k with its ±1.96 stderr interval,
-  RREDCoT g_k), drawn as inline SVG by the page's own code.
-
-It needs no server and no network: the data is a JSON island, the code and styles are inlined
-from ``explorer_assets/``. A browser does the drawing, so the Python side only arranges data.
-
-What the numbers are:
-
-* credit: the definition the report correlates (``credit``; see ``cotcredit.report.credit``:
-  by default value differences for the value-based methods, ``score`` as written for the
-  others), rounded to ``digits`` significant digits (what the page shows);
-* ρ: Spearman of a method's credit with the reference method's over the trace's segments; min ρ:
-  the lowest Spearman over every pair of methods (low: the methods disagree). Undefined (empty)
-  for traces under ``min_segments`` segments or with constant scores, as in the report;
-* hit: 1 when the method's lowest credit is on the segment holding the first error, 1/m when that
-  segment is among m tied lowest, 0 otherwise (the per-trace top-1 of
-  ``cotcredit.report.localization``); empty without a labelled error inside the reasoning.
-
-Data layout (``read_explorer_data`` decodes it): one object of column arrays, texts once. Each
-trace has its response (``text``) and a prompt index into ``prompts`` (prompts repeat when one
-problem was sampled several times); its segments are spans (``start``, ``len``) of its text, and
-each method's credits are one flat array over all segments. Without a trace's record (score
-tables alone), its text is rebuilt from the segments' texts (``rebuilt``: no prompt, no final
-answer). Size grows linearly with segments (see ``docs/guides/explorer.md``).
-
-The cap: a page over a few tens of megabytes opens slowly, so at most ``max_traces`` traces and
-about ``max_bytes`` bytes are kept, in this order: the traces with a labelled error inside the
-reasoning, then by ascending min ρ (the methods' strongest disagreement first; undefined last),
-ties in table order. The page and ``ExplorerFile.note`` say so when the cap is hit.
+A page over a few tens of megabytes opens slowly, so at most ``max_traces`` traces and about
+``max_bytes`` bytes are kept: traces with a labelled error first, then by ascending min ρ (the
+strongest disagreement first), ties in table order.
 """
 
 from __future__ import annotations
@@ -176,7 +147,7 @@ def _trace_statistics(credited: pd.DataFrame, methods: list[str], reference: str
                       ids: pd.Index, error_rank: np.ndarray, min_segments: int
                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
     """Per trace (in ``ids`` order): ρ of each method with the reference, each method's hit on
-    the error segment, and the lowest pairwise ρ (see the module docstring)."""
+    the error segment, and the lowest pairwise ρ."""
     n = len(ids)
     rho = {m: np.full(n, np.nan) for m in methods if reference in methods and m != reference}
     hit = {m: np.full(n, np.nan) for m in methods}
@@ -250,7 +221,7 @@ def _texts(layout: _Layout, traces: Mapping[str, Any]) -> tuple[
 
 
 def _keep_order(error_rank: np.ndarray, low: np.ndarray) -> np.ndarray:
-    """Trace positions in the order the cap keeps them (see the module docstring)."""
+    """Trace positions in the order the cap keeps them: labelled errors, then ascending min ρ."""
     erroneous = ~(np.isfinite(error_rank) & (error_rank >= 0))
     disagreement = np.where(np.isfinite(low), low, np.inf)
     return np.lexsort((np.arange(len(low)), disagreement, erroneous))
@@ -434,7 +405,7 @@ def write_explorer(
     path: str | Path,
     **options: Any,
 ) -> ExplorerFile:
-    """Write the trace explorer, one self-contained HTML file (see the module docstring).
+    """Write the trace explorer, one self-contained HTML file.
 
     Args:
         scores: score rows of one or more methods on one segmentation (``load_scores``), as

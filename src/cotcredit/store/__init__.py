@@ -1,17 +1,11 @@
 """Result tables on disk: tidy Parquet folders written one trace at a time, crash-safe,
-resumable, compacted, and merged from shards.
-
-Layer 2 of cotcredit (it imports the core modules and nothing above). Its modules, each building
-on those listed before it:
+resumable, compacted, and merged from shards. Its modules, each building on those before it:
 
 * ``io``: atomic writes, the layout of a table folder, reading a table (file or folder);
 * ``schema``: a table's fixed schema, the run key, rows checked against the schema;
 * ``parts``: the data files of a folder and merging them in input order;
 * ``tables``: ``TableWriter`` (append, resume, compact) and reading a segmentation back;
 * ``shards``: joining the tables of one run's shards (``cotcredit merge``).
-
-The names below are importable from ``cotcredit.store`` and load their module (and pyarrow)
-on first use.
 """
 
 from __future__ import annotations

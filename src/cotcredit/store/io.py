@@ -1,21 +1,14 @@
 """Files on disk: atomic writes, and reading a cotcredit table (one Parquet file or a folder).
 
-A result table is a Parquet *dataset folder* (`rredcot.parquet/`): data files named
-`part-<input position>-<id>.parquet`, read in name order as one table, plus `.cotcredit.json`
-(the run metadata). Everything that is not data has a hidden name (temporary files ".….tmp",
-the metadata, compaction journals): pyarrow and pandas skip names starting with "." or "_",
-`datasets.load_dataset("parquet", data_dir=...)` skips hidden files, and a `*.parquet` glob
-(polars, DuckDB) matches data files only. Tables of cotcredit 0.2 and earlier keep their
-metadata in `_cotcredit.json`; it is still read, and replaced by the hidden file when a run
-writes to the table again.
+A result table is a Parquet dataset folder (`rredcot.parquet/`): data files
+`part-<input position>-<id>.parquet`, read in name order, plus `.cotcredit.json` (the run
+metadata; `_cotcredit.json` before 0.3, still read). Everything that is not data has a hidden
+name, which pyarrow, pandas, `datasets` and `*.parquet` globs all skip.
 
-Compaction (`tables.compact`) replaces several data files by one: it writes the merged file
-under a hidden name, records `{"target", "sources"}` in a journal `.compaction-….json`, renames
-the merged file into place, deletes the sources and then the journal. A process killed between
-the rename and the end leaves the target *and* some sources visible; the readers here apply such
-an unfinished journal (they skip the sources), and the next writer finishes it on disk
-(`finish_compaction`). Journals are per process: under a launcher each process merges its own
-parts while the others write theirs.
+Compaction writes the merged file hidden, records its sources in a journal, renames it into
+place, then deletes the sources and the journal. Killed midway, the readers here apply the
+unfinished journal and the next writer finishes it (`finish_compaction`). Journals are per
+process, so launched processes merge their own parts.
 """
 
 from __future__ import annotations
@@ -200,12 +193,8 @@ def files_of(path: str | Path) -> list[Path]:
 
 
 def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
-    """A cotcredit table (file or folder) as one Arrow table, with one-line UserErrors.
-
-    A folder's files are read in name order (unfinished compactions applied) and concatenated;
-    a column some file lacks is null there. `columns` missing from the table (its first file)
-    are an error naming them.
-    """
+    """A cotcredit table (file or folder) as one Arrow table, with one-line UserErrors; a column
+    some file lacks is null there, a requested column the table lacks is an error."""
     import pyarrow as pa
 
     path = Path(path)

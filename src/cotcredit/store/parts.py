@@ -29,7 +29,7 @@ _PART = re.compile(r"^part-(\d+)-")
 
 
 def part_position(name: str) -> int:
-    """The input position of a part file named `part-<position>-<id>.parquet` (0 for other names)."""
+    """The input position of a part file `part-<position>-<id>.parquet` (0 for other names)."""
     m = _PART.match(name)
     return int(m.group(1)) if m else 0
 

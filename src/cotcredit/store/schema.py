@@ -98,6 +98,10 @@ def check_finite(rows: list[dict], where: str) -> None:
             )
 
 
+def _integral(v) -> bool:
+    return isinstance(v, numbers.Integral) or (isinstance(v, float) and v.is_integer())
+
+
 def rows_to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
     """One trace's rows as a table of exactly `schema` (a missing key is null). A key outside
     the schema, or a value of the wrong type, is a bug in the method that wrote it."""
@@ -114,8 +118,7 @@ def rows_to_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
         values = [r.get(f.name) for r in rows]
         bad = None
         if pa.types.is_integer(f.type):  # pyarrow would truncate 2.5 to 2 silently
-            bad = next((v for v in values if v is not None and not (
-                isinstance(v, numbers.Integral) or (isinstance(v, float) and v.is_integer()))), None)
+            bad = next((v for v in values if v is not None and not _integral(v)), None)
         try:
             if bad is not None:
                 raise TypeError(f"{bad!r} is not an integer")

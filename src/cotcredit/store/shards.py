@@ -1,12 +1,9 @@
 """Joining the outputs of one run's shards (`--shard i/n`) into one table.
 
-Every input (a table folder, or a single file of cotcredit 0.1) must be a cotcredit table of the
-same run (one `run_id`: same model, segmentation, methods and options) and no trace may appear
-in two inputs; anything else is refused with one line naming the files, never mixed. The output
-is a table folder like every output, rows in input order: the run metadata of the first input
-plus `merged_from` (file, rows, traces, shard of each input). It is built under a hidden name, streamed row group
-by row group (memory does not grow with the inputs), and renamed into place, so it is either
-absent (or the old table) or the whole merge.
+Every input must be a table of the same run (one `run_id`) and no trace may appear in two;
+anything else is refused in one line naming the files. The output (the first input's metadata
+plus `merged_from`) is streamed under a hidden name and renamed into place, so it is either
+absent or the whole merge.
 """
 
 from __future__ import annotations
@@ -73,7 +70,7 @@ def _read(path: Path) -> _Input:
 def merge_tables(
     inputs: Sequence[str | Path], output: str | Path, *, overwrite: bool = False
 ) -> MergeSummary:
-    """Concatenate shard tables of one run into the table `output` (see the module docstring)."""
+    """Concatenate shard tables of one run into the table `output`."""
     paths = [Path(p) for p in inputs]
     output = Path(output)
     if not paths:

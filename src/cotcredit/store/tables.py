@@ -1,18 +1,10 @@
 """Result tables: tidy Parquet written one trace at a time, crash-safe and resumable.
 
-Every output is a Parquet dataset folder (`rredcot.parquet/`) that `pd.read_parquet(path)` reads
-as one table (layout in `cotcredit.store.io`). Each finished trace becomes one part file
-(`cotcredit.store.parts`), written under a hidden name and renamed into place, so appending costs
-the same at trace 100,000 as at trace 1 and a process killed at any moment leaves only whole
-traces. Every `MERGE_EVERY` parts a writer merges its own parts into one file (a long run keeps
-few files); when a run ends (also by an error or Ctrl-C in a single process) and when a run
-resumes, all files are compacted into one, rows in input order. A compaction killed midway is
-finished by the next writer.
-
-A table has a fixed schema (`cotcredit.store.schema`). Run metadata (package version, model,
-options, run key) is in `.cotcredit.json` and in the Parquet key-value metadata (`cotcredit`)
-of every file. Reopening a table with the same run key skips the traces already present; a
-different run key is refused unless `overwrite=True`. `rows_by_trace` reads a segmentation back.
+Each finished trace becomes one part file, written hidden and renamed into place, so appending
+costs the same at trace 100,000 as at trace 1 and a killed process leaves only whole traces.
+Every `MERGE_EVERY` parts a writer merges its own; when a run ends or resumes all files are
+compacted into one, in input order. Reopening a table with the same run key skips the traces
+already present; a different run key is refused unless `overwrite=True`.
 """
 
 from __future__ import annotations
@@ -70,15 +62,10 @@ def compact(
     files: list[Path] | None = None,
     everyone: bool = True,
 ) -> int:
-    """Merge data files of `folder` into one (all of them, or `files`); returns its rows.
-
-    Rows come out in input order (see `write_merged`). `schema` (default: the first file's) is
-    the merged file's; a lone file is rewritten only if its schema differs. Crash-safe: the
-    merged file is written hidden, a journal names it and its sources, then it is renamed into
-    place, the sources deleted, the journal dropped. Killed anywhere, the folder holds every row
-    once as read by `cotcredit.store.io`, and once on disk after `io.finish_compaction`. Files that
-    appear meanwhile (other processes' parts) are kept. `everyone`: no other process writes
-    now, so every stale journal can be dropped.
+    """Merge data files of `folder` into one (all, or `files`), in input order; returns its rows.
+    `schema` (default: the first file's) is the merged file's. Crash-safe through a journal
+    (`cotcredit.store.io`). `everyone`: no other process writes now, so every stale journal
+    can be dropped.
     """
     folder = Path(folder)
     io.finish_compaction(folder, everyone=everyone)
@@ -128,15 +115,10 @@ def _has_rows(path: Path) -> bool:
 class TableWriter:
     """Appends one trace at a time to a table folder, resuming a compatible run.
 
-    `schema`: the table's fixed schema (default: `DEFAULT_SCHEMA`). A
-    table that already holds columns the schema lacks (written by another version, or with
-    timings) keeps them: its schema becomes the union, and new rows hold null there.
-    Every `MERGE_EVERY` parts the writer merges its own parts into one file, so a long run
-    keeps a bounded number of files (others' parts are left to them).
-    `main=False` (the other processes of a launched run; None: decided from the launcher) only
-    checks the run key; the caller opens the main process's writer first (it repairs,
-    converts, compacts), waits for it, then calls `load_done()` everywhere else. `close()`
-    compacts (main process only).
+    `schema` (default `DEFAULT_SCHEMA`) is extended by columns the table already holds. With
+    `main=False` (the other processes of a launched run; None: from the launcher) it only
+    checks the run key: open the main process's writer first (it repairs and compacts), wait,
+    then call `load_done()` elsewhere. `close()` compacts (main process only).
     """
 
     def __init__(

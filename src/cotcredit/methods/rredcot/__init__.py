@@ -1,20 +1,17 @@
 """RREDCoT: segment-level reward redistribution (Ielanskyi et al., arXiv 2606.06475).
 
-At every state s_k (the prompt and the first k reasoning segments) the model being analysed gives
-two forward-only estimates, in log space: R̂_k = log p(Y* | s_k ⊕ E), the probability of the
-reference answer Y* if it answers now (E: the answer-forcing exit string), and v̂_k, the
-probability of continuing along a known path to the answer and then stating it: log Σ_U
-p(U | s_k ⊕ C) · p(Y* | s_k ⊕ C ⊕ U ⊕ E) over the distinct parts U of the trace's reference
-solutions that remain after s_k. They combine into g_k = exp(R̂_k) + λ·exp(v̂_k), and segment k
-gets r_k = g_k − g_(k−1), the last one also the outcome − g_K, so a trace's rewards sum to its
-outcome (RUDDER's return equivalence).
+At every state s_k (the prompt and the first k reasoning segments), from the model itself:
 
-The package reads top to bottom: this file is the method (`run` and `estimate`, its options, its
-command and `SPEC`); `rewards` turns the probes' scores into R̂, v̂, g and the rewards; `probes`
-builds what the model is asked after each state; `paths` says which references a trace has and
-which part of each remains after a state. A trace's references are resolved once, before it is
-encoded (`SPEC.references`), from its own fields and the siblings the run's input stage found,
-and reach `run` on its context.
+    R̂_k = log p(Y* | s_k ⊕ E)                              answer now (E: the exit string)
+    v̂_k = log Σ_U p(U | s_k ⊕ C) · p(Y* | s_k ⊕ C ⊕ U ⊕ E)   continue along a known path U
+    g_k = exp(R̂_k) + λ·exp(v̂_k),   r_k = g_k − g_(k−1)
+
+U runs over the distinct parts of the trace's references that remain after s_k. The last
+segment also gets outcome − g_K, so a trace's rewards sum to its outcome (return equivalence).
+
+This file is the method (`run`, `estimate`, options, command, `SPEC`); `rewards` turns probe
+scores into R̂, v̂, g and rewards; `probes` builds the probes; `paths` picks the references and
+the part of each that remains after a state.
 """
 
 from __future__ import annotations
@@ -63,7 +60,7 @@ __all__ = [
 
 
 def run(ctx: TraceContext, options: RredcotOptions) -> MethodRows:
-    """RREDCoT rows for one trace: score = r_k, with R̂, v̂, g before/after as columns."""
+    """RREDCoT rows for one trace: score = r_k; R̂, v̂, g before/after as columns."""
     est = estimate(ctx, options)
     if options.value == "both" and options.vhat_weight > 0 and est.v_hat[0] is None:
         ctx.notes.append("traces without a reference solution use R̂ alone (v̂ needs one)")
@@ -94,8 +91,7 @@ def run(ctx: TraceContext, options: RredcotOptions) -> MethodRows:
 
 def estimate(ctx: TraceContext, options: RredcotOptions,
              references: Sequence[str | None] | None = None) -> BoundaryEstimates:
-    """R̂_k, v̂_k and g_k at every boundary of one trace: `build_probes`, score them on the
-    trace's forward pass (packed, or one forward each with `probe_mode="naive"`), `combine`."""
+    """R̂_k, v̂_k and g_k at every boundary of one trace (probes scored on its forward pass)."""
     probes = build_probes(ctx, options, references)
     if options.probe_mode == "packed":
         scores = ctx.scorer.score_continuations(ctx.forward, probes.continuations)
@@ -107,16 +103,14 @@ def estimate(ctx: TraceContext, options: RredcotOptions,
 def trace_references(trace: Trace, options: RredcotOptions,
                      siblings: Sequence[str] | None = None,
                      notes: list[str] | None = None) -> list[list[str]]:
-    """The steps of each distinct reference v̂ follows on `trace` under `--references` and
-    `--max-references` (`paths.known_paths`): its solution, its `solutions` field, then
-    `siblings` (the other right-answer responses to its problem; None: not known)."""
+    """The steps of each distinct reference v̂ follows on `trace` (`paths.known_paths`);
+    `siblings`: the other right-answer responses to its problem (None: not known)."""
     return known_paths(trace, options.references, options.max_references, siblings, notes)
 
 
 def reserve(scorer, trace: Trace, options: RredcotOptions,
             references: Sequence[str | None] | None = None) -> int:
-    """Context kept free after the trace: the longest probe, C ⊕ U ⊕ E ⊕ Y* over the
-    references (texts; None: the trace's listed solutions), or E ⊕ Y*."""
+    """Context kept free after the trace for its longest probe (C ⊕ U ⊕ E ⊕ Y*, or E ⊕ Y*)."""
     refs: list[list[str]] = []
     if wants_vhat(options):
         refs = (trace_references(trace, options) if references is None
@@ -131,24 +125,9 @@ def _answer_room(scorer, trace: Trace) -> int:
 
 @dataclass(frozen=True)
 class RredcotOptions:
-    """Options of RREDCoT. `value` is `both` (R̂ + v̂) since the re-check on the organism's
-    development split (studies/vhat_selection/organism/), where it beat R̂ alone on localization
-    and MC agreement in both regimes, having not hurt on the lookup development traces; a trace
-    without a reference solution gets R̂ alone, with a note.
-
-    The value options for a reference that is one path of many (`references`, `solution_part`,
-    `mixture`, `empty_part`, `combination`; `paths`) default to the variant a comparison
-    on the benchmark's regimes chose by a rule fixed before its runs (studies/value/):
-    `references="siblings"` (the trace's `solution`, its `solutions` list, then the other
-    right-answer responses to the same problem, at most `max_references`; a trace given in a
-    list, with no input to find them in, follows its listed solutions alone),
-    `solution_part="matched"` (the steps after the last reference step the state has written)
-    and `empty_part="drop"` (the last boundary counts the answer once). On the held-out `multipath` split it blamed validly
-    departing correct traces 0.32 of the time against 0.83 for the earlier default, with no loss
-    on `unique`; docs/methods/rredcot.md, "One path among many". The earlier estimator (one
-    reference, steps covered by position, empty part kept; `remaining` had beaten `whole` on the
-    development half of the lookup Monte Carlo study, studies/vhat_selection/) is
-    `references="solution"`, `solution_part="remaining"`, `empty_part="keep"`."""
+    """Options of RREDCoT. The defaults, and the studies that chose them:
+    docs/methods/rredcot.md. The earlier one-reference estimator is `references="solution"`,
+    `solution_part="remaining"`, `empty_part="keep"`."""
 
     value: str = option(
         "both", choices=("rhat", "vhat", "both"),
@@ -270,13 +249,10 @@ REDISTRIBUTE = MethodCommand(
     name="redistribute",
     help="""RREDCoT: redistribute each trace's outcome over its reasoning segments.
 
-At every boundary k the model gives R̂_k = log p(Y* | s_k + E), the probability of the reference
-answer if it answers now, and v̂_k, the probability of continuing along a known path to the
-answer and stating it: log of the sum over the distinct parts U of the trace's references that
-remain after s_k of p(U | s_k + C) p(Y* | s_k + C + U + E). The references are its solution,
-its 'solutions' list and the other right-answer responses to the same problem in the input
-(--references); the part that remains is matched by content (--solution-part). By default
-g_k = exp(R̂_k) + exp(v̂_k), segment k's reward is r_k = g_k - g_(k-1), and the last segment
+At every boundary k the model gives R̂_k, its probability of the reference answer if it answers
+now, and v̂_k, its probability of continuing along a known path (what remains of the trace's
+solution, its 'solutions' list and right-answer siblings in the input) and then stating the
+answer. g_k = exp(R̂_k) + exp(v̂_k); segment k's reward is g_k - g_(k-1), and the last segment
 absorbs the outcome - g_K, so rewards sum to the outcome.""",
     default_output="rredcot.parquet",
     show="rewards",

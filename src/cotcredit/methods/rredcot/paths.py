@@ -1,36 +1,10 @@
-"""The known paths RREDCoT's v̂ follows from a state: which reference solutions a trace has, and
-which part of each remains after a state (the alignment).
+"""The known paths RREDCoT's v̂ follows: which references a trace has (`--references`) and
+which part of each remains after a state (`--solution-part`).
 
-v̂ is an importance-sampling estimate of the state's value V(s_k) = Σ_U p(U | s_k) · p(Y* | s_k
-⊕ U) with the reference solutions as proposal. Scored exactly over a set of DISTINCT
-continuations U_1..U_m (no sampling), Σ_j p(U_j | s_k ⊕ C) · p(Y* | s_k ⊕ C ⊕ U_j ⊕ E) is the
-part of V(s_k) that runs along those paths: a lower bound on the model's own success probability
-that only grows as paths are added. Distinct token sequences are disjoint events, so the sum is a
-probability; R̂ (answering now) is one more such path, and a remaining part that is empty is that
-same path again (`paths_after` leaves it out unless asked to keep it).
-
-References (`--references`): ``solution``, the trace's reference solution; ``solutions``, also
-every text of its ``solutions`` field (a list); ``siblings``, also every other response to the
-same problem that reached the right answer (outcome ≥ 0.5), which the run's input stage finds
-(`pipeline.inputs.SiblingIndex`: the records of the input with the same ``problem_id`` field,
-else the same prompt) and hands over on the trace's context; in training, the completions of
-the batch given the same prompt (a GRPO group). Duplicates (same lines after whitespace
-normalisation) are counted once; at most ``max_references``, in that order (the listed
-solutions first, so siblings fill what is left). A trace whose input gave no siblings (a list of
-traces rather than an input file) follows its listed solutions alone, and the run says so once.
-
-Alignment (`--solution-part`), per reference, at state s_k:
-
-* ``whole``: the reference from its first step at every state (the model is asked to start
-  over).
-* ``remaining``: the steps not covered by position (⌊k·S/K⌋ of its S steps; reads no text).
-* ``matched``: the steps after the last reference step the state has written (a line equal to it
-  after whitespace normalisation; none written: the whole reference). A trace that inserts lines
-  of its own keeps its place; one that has gone wrong is asked for the reference's next step
-  after its wrong line, which the model finds unlikely.
-* ``suffixes``: every suffix of the reference (each split point, from all of it to its last
-  step), summed: the model's own likelihood decides where on the known path the state stands.
-  Costs S probes per reference and state instead of one.
+Σ_j p(U_j | s_k ⊕ C) · p(Y* | s_k ⊕ C ⊕ U_j ⊕ E), scored exactly over DISTINCT continuations
+U_j, is the part of the state's value that runs along those paths: distinct token sequences are
+disjoint events, so the sum is a probability, and a lower bound that grows as paths are added.
+An empty remaining part is R̂'s own path, so `paths_after` leaves it out unless asked to keep it.
 """
 
 from __future__ import annotations
@@ -54,10 +28,8 @@ NO_SIBLINGS_NOTE = (
 def known_paths(trace: Trace, references: str, limit: int,
                 siblings: Sequence[str] | None = None,
                 notes: list[str] | None = None) -> list[list[str]]:
-    """The steps of each distinct reference of `trace` under `--references` (`references`):
-    its solution, its `solutions` field, then `siblings`, at most `limit`. With ``siblings``
-    and no siblings given (None), its listed solutions alone; `NO_SIBLINGS_NOTE` is then added
-    to `notes`."""
+    """The steps of each distinct reference of `trace`: its solution, its `solutions` field,
+    then `siblings`, at most `limit`. `siblings` None (not known): a note, listed ones alone."""
     if references == "siblings" and siblings is None and notes is not None:
         if NO_SIBLINGS_NOTE not in notes:
             notes.append(NO_SIBLINGS_NOTE)
@@ -65,8 +37,7 @@ def known_paths(trace: Trace, references: str, limit: int,
 
 
 def reference_texts(trace: Trace, references: str, siblings: Sequence[str] = ()) -> list[str]:
-    """The reference texts of a trace under `--references` (module doc), before duplicates are
-    removed: its solution, then its `solutions` field, then `siblings`."""
+    """The reference texts of a trace under `--references`, duplicates included."""
     texts = [trace.solution] if trace.solution else []
     if references in ("solutions", "siblings"):
         texts += listed_solutions(trace)
@@ -125,9 +96,8 @@ def state_lines(response: str, char_end: int) -> list[str]:
 def paths_after(references: Sequence[list[str]], state_lines: Sequence[str], k: int,
                 n_segments: int, alignment: str, keep_empty: bool
                 ) -> tuple[list[str], list[list[int]]]:
-    """The distinct continuations v̂ scores after state s_k and which belong to each reference:
-    (texts, per reference the indices of its texts). A text two references share is scored
-    once; the empty text (nothing left: the same path as R̂) only with `keep_empty`."""
+    """The distinct continuations v̂ scores after state s_k, and per reference the indices of
+    its texts. The empty text (R̂'s own path) only with `keep_empty`."""
     texts: list[str] = []
     index: dict[str, int] = {}
     owned: list[list[int]] = []
@@ -147,8 +117,11 @@ def paths_after(references: Sequence[list[str]], state_lines: Sequence[str], k: 
 
 def parts_after(steps: list[str], state_lines: Sequence[str], k: int, n_segments: int,
                 alignment: str) -> list[str]:
-    """The parts of one reference (its steps) that may follow state s_k, one text each ("" is
-    the empty part: nothing of it left), under `alignment` (module doc)."""
+    """The parts of one reference that may follow state s_k under `alignment` ("": none left).
+
+    whole: all of it (start over); remaining: the steps not covered by position; matched: the
+    steps after the last one the state has written; suffixes: every suffix (S + 1 probes).
+    """
     if alignment == "whole":
         return ["\n".join(steps)]
     if alignment == "remaining":
@@ -161,27 +134,17 @@ def parts_after(steps: list[str], state_lines: Sequence[str], k: int, n_segments
 
 
 def steps_written(steps: Sequence[str], state_lines: Sequence[str]) -> int:
-    """`--solution-part matched`: how many of the reference's steps count as done after a state
-    whose (non-empty) lines are `state_lines`: 1 + the index of the last reference step among
-    them, 0 when the state has written none."""
+    """`matched`: 1 + the index of the last reference step among `state_lines` (0: none)."""
     written = {normalized(ln) for ln in state_lines}
     return max((i + 1 for i, s in enumerate(steps) if normalized(s) in written), default=0)
 
 
 def steps_covered(k: int, n_segments: int, n_steps: int) -> int:
-    """How many reference steps the trace has covered at state s_k (k of K segments done).
-
-    The alignment rule of `--solution-part remaining`: proportional to position,
-    ⌊k·S/K⌋ of the S steps. It is 1:1 when the trace has as many segments as the solution has
-    steps; otherwise a step counts as covered once the trace has gone through the same fraction
-    of its segments as the step ends at in the solution. It reads no text of the trace: a
-    trace that has gone wrong is asked for the reference's next steps from where it stands,
-    which is what makes v̂ low there. s_0 has covered nothing, s_K everything.
-    """
+    """`remaining`: ⌊k·S/K⌋ of the S steps are covered at state s_k, by position alone (a trace
+    that has gone wrong is asked for the reference's next steps, which makes v̂ low there)."""
     return (k * n_steps) // n_segments if n_segments else 0
 
 
 def remaining_solution(steps: list[str], k: int, n_segments: int) -> str:
-    """U* at state s_k under `--solution-part remaining`: the steps not covered yet, one a line
-    ("" once all are covered)."""
+    """U* at state s_k under `remaining`: the steps not covered yet, one a line."""
     return "\n".join(steps[steps_covered(k, n_segments, len(steps)):])

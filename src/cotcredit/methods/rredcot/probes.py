@@ -1,10 +1,6 @@
-"""What RREDCoT asks the model after each state s_k: the probes.
-
-R̂'s probe is E ⊕ Y* after every state. v̂'s probes are C ⊕ U ⊕ E ⊕ Y*, one per distinct path U
-that remains of the trace's references after the state (`paths.paths_after`). All of a trace's
-probes are continuations of prefixes of one sequence, so the scorer scores them in packed passes
-on the trace's KV cache. C is left out where the state already ends with it, and E follows U on
-a line of its own (`lm.forcing`), so a probe reads as the model would write it.
+"""What RREDCoT asks the model after each state s_k: E ⊕ Y* for R̂, and C ⊕ U ⊕ E ⊕ Y* per
+distinct remaining path U for v̂. All are continuations of prefixes of one sequence, so they are
+scored in packed passes on the trace's KV cache.
 """
 
 from __future__ import annotations
@@ -30,11 +26,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class RredcotProbes:
-    """The probes of one trace: `continuations` holds the R̂ probe E ⊕ Y* after every state
-    s_0..s_K, then (when v̂ is computed) the v̂ probes C ⊕ U ⊕ E ⊕ Y*, one per distinct path U
-    after each state; `solution_spans[i]` = (|U| in tokens, tokens from U's start to Y*'s) of
-    v̂ probe i; `paths[k][j]`: the v̂ probes (indices among them) of reference j after s_k
-    (empty when nothing of it is left). No references: `paths` is empty (R̂ alone)."""
+    """The probes of one trace: the R̂ probe after each state s_0..s_K, then the v̂ probes.
+    `solution_spans[i]`: (|U| in tokens, tokens from U's start to Y*'s) of v̂ probe i;
+    `paths[k][j]`: indices of reference j's v̂ probes after s_k (empty `paths`: R̂ alone)."""
 
     continuations: list[Continuation]
     n_states: int  # K + 1
@@ -43,18 +37,15 @@ class RredcotProbes:
 
 
 def wants_vhat(options: RredcotOptions) -> bool:
-    """Whether v̂ is computed: `value` vhat or both with λ > 0 (λ = 0: no v̂ probe at all, so
-    the packed passes, and R̂, are those of R̂ alone bit for bit)."""
+    """Whether v̂ is computed (λ = 0: no v̂ probe, so R̂ is that of R̂ alone bit for bit)."""
     return options.value in ("vhat", "both") and options.vhat_weight > 0
 
 
 def build_probes(ctx: TraceContext, options: RredcotOptions,
                  references: Sequence[str | None] | None = None) -> RredcotProbes:
-    """Every probe RREDCoT scores on a trace: R̂'s at each boundary and, with v̂ and a
-    reference, one per distinct path after each state. The references are `references` (texts;
-    duplicates counted once) when given, else those resolved for the trace (`ctx.references`),
-    else the trace's own listed solutions. Reads the trace's tokens and segmentation, not its
-    forward pass: the probes of many traces can be scored together."""
+    """Every probe RREDCoT scores on a trace. References: `references` (texts) when given, else
+    `ctx.references`, else the trace's listed solutions. Needs no forward pass, so the probes
+    of many traces can be scored together."""
     trace = ctx.trace
     forcing = answer_forcing(ctx.scorer, options.forcing, ctx.cache)
     refs: list[list[str]] = []

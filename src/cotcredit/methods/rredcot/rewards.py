@@ -35,11 +35,9 @@ class BoundaryEstimates:
 
 def combine(probes: RredcotProbes, scores: list[ContinuationScore], options: RredcotOptions
             ) -> BoundaryEstimates:
-    """R̂_k, v̂_k and g_k at every state from the scores of `probes.continuations` (in order):
-    R̂_k = log p(Y* | s_k ⊕ E); per path U after s_k, log p(U | s_k ⊕ C) (divided by |U| with
-    `length_norm`) + log p(Y* | s_k ⊕ C ⊕ U ⊕ E); per reference the log of the sum over its
-    paths; v̂_k their `mixture` (sum over the distinct paths, mean or max over references; −inf
-    when no reference has anything left); g_k from the terms `value` picks (`combined`)."""
+    """R̂_k, v̂_k and g_k at every state from the scores of `probes.continuations`. v̂_k is the
+    `mixture` of the paths' log p(U | s_k ⊕ C) + log p(Y* | s_k ⊕ C ⊕ U ⊕ E) (sum over distinct
+    paths, or mean/max over references; −inf when none has anything left)."""
     K1 = probes.n_states
     r_hat = [s.logprob for s in scores[:K1]]
     path_logs = []
@@ -64,10 +62,9 @@ def combine(probes: RredcotProbes, scores: list[ContinuationScore], options: Rre
 
 
 def combined(r_hat: float | None, v_hat: float | None, options: RredcotOptions) -> float:
-    """g from R̂ and v̂ (logs; None: the term is absent): with a = exp(R̂), b = λ·exp(v̂),
-    `combination` sum a + b, noisy-or 1 − (1 − a)(1 − b), mean (a + b)/(1 + λ) (a alone where
-    v̂ has no path left: two estimates of one probability averaged); its log in log space.
-    Every term is computed from its log once (λ = 0 leaves exp(R̂) untouched)."""
+    """g from R̂ and v̂ (logs; None: absent). With a = exp(R̂), b = λ·exp(v̂): sum a + b,
+    noisy-or 1 − (1 − a)(1 − b), mean (a + b)/(1 + λ) (a alone where v̂ has no path left);
+    its log in log space."""
     lam = options.vhat_weight
     if options.combination == "mean" and v_hat == -math.inf and r_hat is not None:
         v_hat = None  # no path left: the mean is over the estimates there are (R̂ alone)
@@ -89,13 +86,9 @@ def combined(r_hat: float | None, v_hat: float | None, options: RredcotOptions) 
 
 def terminal_value(outcome: float, g: list[float], space: str = "prob",
                    log_floor: float = 1e-6) -> float:
-    """The trace's outcome ζ in the space of g: the value the last state is corrected to.
-
-    In probability space it is ζ itself. In log space it is log ζ; an outcome at or below
-    `log_floor` (a wrong trace, ζ = 0, whose log is −∞) maps to min(log log_floor, g_0..g_K), so
-    the segment that commits to a wrong answer, whose reward is terminal − g_(K−1), is never
-    positive whatever the model's estimates were.
-    """
+    """The outcome ζ in g's space: ζ, or in log space log ζ, where a wrong trace (ζ ≤
+    `log_floor`) maps to min(log log_floor, g_0..g_K) so its committing segment is never
+    rewarded."""
     if space == "prob":
         return float(outcome)
     if outcome > log_floor:
@@ -106,11 +99,8 @@ def terminal_value(outcome: float, g: list[float], space: str = "prob",
 def redistribute_rewards(
     g: list[float], terminal: float, sum_to: str = "return"
 ) -> tuple[list[float], float]:
-    """Segment rewards from g_0..g_K: r_k = g_k − g_{k−1}, the last absorbing terminal − g_K.
-
-    `terminal` is the outcome in g's space (`terminal_value`; ζ in probability space).
-    Returns (rewards, correction). Σ rewards = terminal (return) or terminal − g_0 (advantage).
-    """
+    """(rewards, correction): r_k = g_k − g_{k−1}, the last also terminal − g_K; they sum to
+    terminal (`return`) or terminal − g_0 (`advantage`)."""
     rewards = [g[k] - g[k - 1] for k in range(1, len(g))]
     correction = terminal - g[-1]
     rewards[-1] += correction
