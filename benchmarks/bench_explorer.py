@@ -154,7 +154,8 @@ def measure_browser(page_path: Path, repeats: int) -> dict[str, float]:
                 "filter": "const s = document.getElementById('f-outcome'); s.value = 'wrong';"
                           "s.dispatchEvent(new Event('input'));",
                 "search": "const s = document.getElementById('f-search'); s.value = 'wait';"
-                          "s.dispatchEvent(new Event('input')); s.dispatchEvent(new Event('change'));",
+                          "s.dispatchEvent(new Event('input'));"
+                          "s.dispatchEvent(new Event('change'));",
                 "search again": "const s = document.getElementById('f-search'); s.value = 'apples';"
                                 "s.dispatchEvent(new Event('input'));"
                                 "s.dispatchEvent(new Event('change'));",
@@ -244,8 +245,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.traces:,} traces x {args.segments} segments x {len(METHODS)} methods "
           f"({len(scores):,} score rows), ~{args.chars} chars per segment")
     print(f"build        {build:6.2f} s   (write_explorer; {written.kept:,} traces kept)")
-    print(f"size         {written.n_bytes / 1e6:6.2f} MB  = {written.n_bytes / n_seg:.0f} bytes per "
-          f"segment; {bare / n_seg:.0f} bytes per segment without the texts")
+    print(f"size         {written.n_bytes / 1e6:6.2f} MB  = {written.n_bytes / n_seg:.0f} bytes "
+          f"per segment; {bare / n_seg:.0f} bytes per segment without the texts")
     if not args.no_browser:
         for name, ms in measure_browser(written.path, args.repeats).items():
             print(f"{name:<12} {ms:6.0f} ms" if "wall" not in name else f"{name}: {ms:.0f} ms")

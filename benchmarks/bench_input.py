@@ -1,15 +1,15 @@
 """Input at scale: does reading a Parquet input of 1M traces stream, or does it sit in memory?
 
-Protocol (written before running): for each size (default 10,000, 100,000 and 1,000,000 rows) write a
-Parquet file of synthetic traces of realistic width (prompt ~120 characters, a response of six
-reasoning lines and a boxed answer, ~350 characters, answer, outcome, id; row groups of 64k
-rows), then, in a fresh process, read it through `traces.iter_traces` — the stream every command
-reads — counting the traces and checking the last id; and, in another fresh process, through
-`readers.open_records` alone (the records, no parsing). Prints per size and mode: rows, file
-bytes, seconds, records per second, and the process's peak memory (VmHWM) above its peak
-after imports. Goal: the reader's peak is flat from 10k to 1M rows (a reader holding the input
-whole would grow ~100x); the traces' peak may grow only by the index of ids read (duplicate ids
-are an error), 12 bytes a trace plus the merge's copy.
+Protocol (written before running): for each size (default 10,000, 100,000 and 1,000,000 rows) write
+a Parquet file of synthetic traces of realistic width (prompt ~120 characters, a response of six
+reasoning lines and a boxed answer, ~350 characters, answer, outcome, id; row groups of 64k rows),
+then, in a fresh process, read it through `traces.iter_traces` — the stream every command reads —
+counting the traces and checking the last id; and, in another fresh process, through
+`readers.open_records` alone (the records, no parsing). Prints per size and mode: rows, file bytes,
+seconds, records per second, and the process's peak memory (VmHWM) above its peak after imports.
+Goal: the reader's peak is flat from 10k to 1M rows (a reader holding the input whole would grow
+~100x); the traces' peak may grow only by the index of ids read (duplicate ids are an error), 12
+bytes a trace plus the merge's copy.
 
     python benchmarks/bench_input.py                      # 10k, 100k and 1M rows (minutes)
     python benchmarks/bench_input.py --rows 10000 100000  # quick

@@ -49,7 +49,8 @@ def make_traces(n: int, seed: int) -> list[Trace]:
         lines = [ln.format(x=items[x], y=items[y], v=prices[y]) for ln in LINES]
         traces.append(Trace(
             id=f"lookup-{i}",
-            prompt=f"Price list:\n{table}\nWhat is the price of the {items[x]}? Give the final answer as \\boxed{{}}.",
+            prompt=f"Price list:\n{table}\nWhat is the price of the {items[x]}? "
+                   "Give the final answer as \\boxed{}.",
             response="".join(lines) + f"The final answer is $\\boxed{{{prices[y]}}}$.",
             answer=str(prices[x]),
             solution=f"The price list says the {items[x]} costs {prices[x]} dollars. "
@@ -70,7 +71,8 @@ VARIANTS = {
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None)
     ap.add_argument("--traces", type=int, default=120, help="half right, half wrong")
     ap.add_argument("--seed", type=int, default=0)
@@ -78,12 +80,14 @@ def main() -> None:
     scorer = load_scorer(ModelOptions(model=args.model))
     traces = make_traces(args.traces, args.seed)
     seg = SegmentOptions(segments=len(LINES), keywords=())
-    print(f"model: {scorer.name}; {len(traces)} traces ({len(traces) // 2} right, {len(traces) // 2} wrong)")
+    half = len(traces) // 2
+    print(f"model: {scorer.name}; {len(traces)} traces ({half} right, {half} wrong)")
     print(f"{'variant':32s} {'right':>7s} {'wrong':>7s} {'total':>9s}  seconds  g>1 (states)  "
           "correct traces with correction < 0")
     for name, opts in VARIANTS.items():
         t0 = time.perf_counter()
-        rows = run_analysis(traces, scorer, methods={"rredcot": opts}, segment_options=seg).rows["rredcot"]
+        rows = run_analysis(traces, scorer, methods={"rredcot": opts},
+                            segment_options=seg).rows["rredcot"]
         hits = {1.0: 0, 0.0: 0}
         for t in traces:
             rs = [r for r in rows if r["trace_id"] == t.id]

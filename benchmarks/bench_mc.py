@@ -1,6 +1,6 @@
 """Cost of the Monte Carlo baseline vs RREDCoT on the same traces and segmentation.
 
-    python benchmarks/bench_mc.py                       # embedded model, examples/curated_traces.jsonl
+    python benchmarks/bench_mc.py            # embedded model, examples/curated_traces.jsonl
     python benchmarks/bench_mc.py --model Qwen/Qwen3-0.6B --traces my.jsonl -k 8 -n 16 \\
         --max-new-tokens 1024 --device cuda
 
@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="model [default: the embedded SmolLM2-135M]")
     ap.add_argument("--traces", default=None,
-                    help="JSONL traces [default: examples/curated_traces.jsonl, else a built-in trace]")
+                    help="JSONL traces [default: examples/curated_traces.jsonl, else a built-in "
+                    "trace]")
     ap.add_argument("--max-traces", type=int, default=2)
     ap.add_argument("-k", "--segments", type=int, default=4)
     ap.add_argument("-n", "--rollouts", type=int, default=4)

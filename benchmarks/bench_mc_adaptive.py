@@ -171,7 +171,8 @@ def bootstrap(columns: dict[str, np.ndarray], n_boot: int = 2000, seed: int = 0)
     names = list(columns)
     matrix = np.column_stack([columns[n] for n in names])
     low, high = percentile_interval(Resampler(len(matrix), n_boot, seed).means(matrix))
-    return {n: (float(np.nanmean(columns[n])), float(lo), float(hi), int(np.isfinite(columns[n]).sum()))
+    return {n: (float(np.nanmean(columns[n])), float(lo), float(hi),
+                int(np.isfinite(columns[n]).sum()))
             for n, lo, hi in zip(names, low, high, strict=True)}
 
 
@@ -197,7 +198,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="arms use samples 0..31, the reference is samples 32..63")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     ap.add_argument("--saved", type=int, default=SAVED,
-                    help="rollouts per boundary the split's Monte Carlo saved (the bench's `long`: 32)")
+                    help="rollouts per boundary the split's Monte Carlo saved (the bench's "
+                    "`long`: 32)")
     args = ap.parse_args(argv)
     SAVED = args.saved  # the split's own count (the reference and every check use it)
     t0 = time.perf_counter()

@@ -58,7 +58,8 @@ def synthetic_trace(scorer, n_tokens: int) -> Trace:
         lines.append(SENTENCES[i % len(SENTENCES)])
         i += 1
     return Trace(
-        "bench", "Apples cost 3 dollars and oranges 2 dollars. What do 4 apples and 5 oranges cost?",
+        "bench",
+        "Apples cost 3 dollars and oranges 2 dollars. What do 4 apples and 5 oranges cost?",
         "\n".join(lines) + "\nThe final answer is $\\boxed{22}$.", "22",
         solution="4 apples at 3 dollars each cost 4 * 3 = 12 dollars.\n"
         "5 oranges at 2 dollars each cost 5 * 2 = 10 dollars.\n"
@@ -83,9 +84,11 @@ def timed(fn, repeats: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="model (default: embedded SmolLM2-135M-Instruct)")
-    ap.add_argument("--tokens", type=int, default=1024, help="reasoning tokens of the synthetic trace")
+    ap.add_argument("--tokens", type=int, default=1024,
+                    help="reasoning tokens of the synthetic trace")
     ap.add_argument("--segments", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-naive", action="store_true")
@@ -148,24 +151,28 @@ def main() -> None:
         packed = estimate(ctx, checked)
         ref = packed if args.skip_naive else estimate(
             ctx, dataclasses.replace(checked, probe_mode="naive"))
-    print(f"model: {scorer.name}  device: {scorer.device}  dtype: {scorer.dtype}  threads: {torch.get_num_threads()}")
-    print(f"trace: {enc.prompt_len} prompt + {enc.n_reasoning} reasoning tokens, {len(ctx.segmentation)} segments")
+    print(f"model: {scorer.name}  device: {scorer.device}  dtype: {scorer.dtype}  "
+          f"threads: {torch.get_num_threads()}")
+    print(f"trace: {enc.prompt_len} prompt + {enc.n_reasoning} reasoning tokens, "
+          f"{len(ctx.segmentation)} segments")
     print(f"plain forward (model logits)    {t_plain:8.2f} s")
-    print(f"redistribute --value rhat       {t_rhat:8.2f} s   ({t_rhat / t_plain:.2f}x plain forward,"
-          f" {tok(runs['rhat'])})")
+    print(f"redistribute --value rhat       {t_rhat:8.2f} s   "
+          f"({t_rhat / t_plain:.2f}x plain forward, {tok(runs['rhat'])})")
     print(f"redistribute (default v̂)        {t_default:8.2f} s   "
           f"({t_default / t_plain:.2f}x plain forward, {tok(runs['default'])})   one reference, "
           "matched, empty part dropped")
     print(f"redistribute --value both       {t_remaining:8.2f} s   "
           f"({t_remaining / t_plain:.2f}x plain forward, {tok(runs['remaining'])})   "
           "--references solution --solution-part remaining --empty-part keep")
-    print(f"redistribute --value both       {t_whole:8.2f} s   ({t_whole / t_plain:.2f}x plain forward,"
-          f" {tok(runs['whole'])})   --references solution --solution-part whole --empty-part keep")
+    print(f"redistribute --value both       {t_whole:8.2f} s   "
+          f"({t_whole / t_plain:.2f}x plain forward, {tok(runs['whole'])})   "
+          "--references solution --solution-part whole --empty-part keep")
     for n, tn in t_refs.items():
         print(f"  default over {n} reference(s)  {tn:8.2f} s   ({tn / t_plain:.2f}x plain forward, "
               f"{tok(runs[n])})   --references solutions --solution-part matched --empty-part drop")
     if t_naive is not None:
-        print(f"naive per-boundary (rhat)       {t_naive:8.2f} s   (redistribute is {t_naive / t_rhat:.1f}x faster)")
+        print(f"naive per-boundary (rhat)       {t_naive:8.2f} s   "
+              f"(redistribute is {t_naive / t_rhat:.1f}x faster)")
         diff = max(abs(a - b) for a, b in zip(packed.r_hat + packed.v_hat, ref.r_hat + ref.v_hat))
         print(f"max |packed - naive| log-prob (R̂ and v̂, remaining): {diff:.2e}")
 

@@ -165,10 +165,13 @@ def profile_breakdown(stats: pstats.Stats, total: float) -> dict[str, float]:
         return max((v[3] for k, v in raw.items() if pred(k)), default=0.0)
 
     parts = {
-        "linear layers (incl. output head)": tot(lambda k: k[2] == "<built-in method torch._C._nn.linear>"),
+        "linear layers (incl. output head)":
+            tot(lambda k: k[2] == "<built-in method torch._C._nn.linear>"),
         "attention (sdpa)": tot(lambda k: "scaled_dot_product_attention" in k[2]),
-        "prefill (shared, untimed in plain)": cum(lambda k: k[0].endswith("sampling.py") and k[2] == "_prompt_kv"),
-        "rows joining slots (prompt KV copy)": cum(lambda k: k[0].endswith("slots.py") and k[2] == "join"),
+        "prefill (shared, untimed in plain)":
+            cum(lambda k: k[0].endswith("sampling.py") and k[2] == "_prompt_kv"),
+        "rows joining slots (prompt KV copy)":
+            cum(lambda k: k[0].endswith("slots.py") and k[2] == "join"),
         "cache rebuilds (compact)": cum(lambda k: k[0].endswith("slots.py") and k[2] == "compact"),
         "sampler (per-row inverse CDF)": cum(lambda k: k[2] == "inverse_cdf_tokens"),
         "decode text of completions": cum(lambda k: k[2] == "decode_continuation"),

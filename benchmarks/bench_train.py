@@ -5,18 +5,18 @@
     python benchmarks/bench_train.py --regime unique --sources grpo,rredcot,mc,oracle
     python benchmarks/bench_train.py --regime unique --scaling   # credit cost at 1x and 10x
 
-Runs `cotcredit.training.run.train` once per credit source (`--sources`, default grpo and
-rredcot; `--regime NAME` trains on a bench regime's checkpoint and problems instead of
---config, which the oracle needs) for --steps optimizer steps each (no evaluation; checkpoints only at the end, which step times
-exclude), and reads their metrics.jsonl: mean seconds per step (the first --warmup steps are
-left out), the part of a rredcot step spent computing segment rewards (one forward pass per
-scored completion + packed probes on its KV cache), and the ratio rredcot / grpo (the paper
-reports 1.5-2x; the goal here is <= 1.3x). Generation dominates a step and its cost follows the
-completion lengths, which drift apart once the two policies differ, so the table also shows the
-mean completion length and the rredcot step time without scoring (≈ grpo's when the machine is
-quiet), and a second ratio measured inside the rredcot run alone, step / (step − scoring), which
-load changes on a shared machine between the two runs cannot bias. Only completions with a
-non-zero advantage are scored (`scored` column: the fraction of completions scored).
+Runs `cotcredit.training.run.train` once per credit source (`--sources`, default grpo and rredcot;
+`--regime NAME` trains on a bench regime's checkpoint and problems instead of --config, which the
+oracle needs) for --steps optimizer steps each (no evaluation; checkpoints only at the end, which
+step times exclude), and reads their metrics.jsonl: mean seconds per step (the first --warmup steps
+are left out), the part of a rredcot step spent computing segment rewards (one forward pass per
+scored completion + packed probes on its KV cache), and the ratio rredcot / grpo (the paper reports
+1.5-2x; the goal here is <= 1.3x). Generation dominates a step and its cost follows the completion
+lengths, which drift apart once the two policies differ, so the table also shows the mean completion
+length and the rredcot step time without scoring (≈ grpo's when the machine is quiet), and a second
+ratio measured inside the rredcot run alone, step / (step − scoring), which load changes on a shared
+machine between the two runs cannot bias. Only completions with a non-zero advantage are scored
+(`scored` column: the fraction of completions scored).
 `--scaling` instead times each source's `score_batch` alone on 16 and 160 sampled completions
 of the regime (cost should grow no faster than the batch: the ratio is at most ~10).
 """

@@ -129,7 +129,8 @@ def _compare_mc(name: str, m: pd.DataFrame) -> Check:
     n1, n2 = m["n_rollouts"].to_numpy(float), m["n_rollouts_ref"].to_numpy(float)
     p1 = m["n_correct"].to_numpy(float) / np.maximum(n1, 1)
     p2 = m["n_correct_ref"].to_numpy(float) / np.maximum(n2, 1)
-    equal = int(((m["n_correct"] == m["n_correct_ref"]) & (m["n_rollouts"] == m["n_rollouts_ref"])).sum())
+    equal = int(((m["n_correct"] == m["n_correct_ref"])
+                 & (m["n_rollouts"] == m["n_rollouts_ref"])).sum())
     if equal == len(m):
         return Check(name, "exact", f"{len(m)} boundaries, every success count equal")
     pooled = (p1 * n1 + p2 * n2) / np.maximum(n1 + n2, 1)

@@ -64,7 +64,8 @@ def plot_seed_curves(
             ax = axes[0][1]
             ax.plot(steps, mean, color=color, lw=2, marker="o", ms=3, label=label)
             ax.fill_between(steps, low, high, color=color, alpha=0.18, lw=0)
-    axes[0][0].set_title(f"train reward, moving average of {window} steps (band: min–max over seeds)")
+    axes[0][0].set_title(
+        f"train reward, moving average of {window} steps (band: min–max over seeds)")
     axes[0][0].set_ylabel("reward (correct = 1)")
     if has_eval:
         axes[0][1].set_title("held-out accuracy (band: min–max over seeds)")
@@ -126,11 +127,12 @@ def seed_run_summary(
     before), each a mean with its 95% t-interval over seeds (``*_low``/``*_high``);
     ``paired_diff`` (mean over shared seeds of this group's eval_after minus the baseline's at the
     same seed) with its interval; ``reward_first``/``reward_last`` (mean train reward of the first
-    and last `window` steps); ``steps_to_target`` (mean over seeds that reached it of the first
-    step whose `window`-step moving reward is ≥ `target`) and ``reached`` (how many seeds did);
+    and last `window` steps); ``steps_to_target`` (mean over seeds that reached it of the first step
+    whose `window`-step moving reward is ≥ `target`) and ``reached`` (how many seeds did);
     ``step_seconds``, ``rredcot_seconds`` (median step of each run, mean over seeds) and
-    ``seconds_ratio`` (step seconds over the baseline's); ``weight_std`` (mean of ``rredcot/weight_std``, the spread of the token
-    weights) and ``scored_fraction`` (share of completions given segment rewards).
+    ``seconds_ratio`` (step seconds over the baseline's); ``weight_std`` (mean of
+    ``rredcot/weight_std``, the spread of the token weights) and ``scored_fraction`` (share of
+    completions given segment rewards).
     """
     import numpy as np
     import pandas as pd

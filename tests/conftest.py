@@ -49,7 +49,8 @@ def build_tiny_model_dir(folder: Path, seed: int = 0, layers: int = 2) -> Path:
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=400, special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tk.train_from_iterator(CORPUS * 4, trainer)
     tok = PreTrainedTokenizerFast(
@@ -105,8 +106,8 @@ SAMPLE_TRACES = [
     {
         "id": "t3",
         "problem": "A pear costs 4. What do two pears cost?",
-        "output": "Now the price of a pear is 4.\nNext, multiply by 2 to get 8.\nBut wait, check: 4 + 4 = 8.\n"
-        "Finally we are done.\nAnswer: 8",
+        "output": "Now the price of a pear is 4.\nNext, multiply by 2 to get 8.\n"
+        "But wait, check: 4 + 4 = 8.\nFinally we are done.\nAnswer: 8",
         "reference_answer": "8",
         "reward": 1.0,
     },

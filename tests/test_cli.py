@@ -13,33 +13,37 @@ run = run_cli
 
 def test_segment_end_to_end_and_resume(tiny_model_dir, traces_file, tmp_path, capsys):
     out = tmp_path / "seg.parquet"
-    code, stdout, stderr = run(["segment", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "3",
-                                "--show", "t2", "-q"], capsys)
+    code, stdout, stderr = run(["segment", traces_file, "--model", tiny_model_dir, "-o", out,
+                                "-k", "3", "--show", "t2", "-q"], capsys)
     assert code == 0, stderr
     df = pd.read_parquet(out)
     assert list(df.columns[:9]) == ["trace_id", "segment", "char_start", "char_end", "token_start",
-                                    "token_end", "n_tokens", "text", "boundary_entropy"] or "run_id" in df.columns
+                                    "token_end", "n_tokens", "text", "boundary_entropy"
+                                    ] or "run_id" in df.columns
     assert df.groupby("trace_id").size().to_dict() == {"t1": 3, "t2": 3, "t3": 3}
     meta = read_metadata(out)
     assert meta["segmentation"]["segments"] == 3 and meta["cotcredit_version"]
     assert (df.run_id == meta["run_id"]).all()
     assert "trace t2" in stdout
     # Rerun: nothing new, nothing duplicated.
-    code, _, stderr = run(["segment", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "3"], capsys)
+    code, _, stderr = run(["segment", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "3"],
+                          capsys)
     assert code == 0 and "0 trace(s) scored, 3 already done" in stderr
     assert len(pd.read_parquet(out)) == len(df)
     # Other options into the same file: refused with one line.
-    code, _, stderr = run(["segment", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "2"], capsys)
+    code, _, stderr = run(["segment", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "2"],
+                          capsys)
     assert code == 2 and "holds results of a different run" in stderr and stderr.count("\n") == 1
 
 
 def test_resume_after_partial_run(tiny_model_dir, traces_file, tmp_path, capsys):
     out = tmp_path / "rr.parquet"
-    code, _, err = run(["redistribute", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "3",
-                        "--max-traces", "1"], capsys)
+    code, _, err = run(["redistribute", traces_file, "--model", tiny_model_dir, "-o", out,
+                        "-k", "3", "--max-traces", "1"], capsys)
     assert code == 0, err
     assert set(pd.read_parquet(out).trace_id) == {"t1"}
-    code, _, err = run(["redistribute", traces_file, "--model", tiny_model_dir, "-o", out, "-k", "3"], capsys)
+    code, _, err = run(["redistribute", traces_file, "--model", tiny_model_dir, "-o", out,
+                        "-k", "3"], capsys)
     assert code == 0 and "2 trace(s) scored, 1 already done" in err
     df = pd.read_parquet(out)
     assert df.groupby("trace_id").size().to_dict() == {"t1": 3, "t2": 3, "t3": 3}
@@ -62,12 +66,15 @@ def test_redistribute_reuses_segmentation(tiny_model_dir, traces_file, tmp_path,
     "lines, argv, message",
     [
         # (segment needs no reference answer: a missing one is refused by the scoring commands)
-        (['{"prompt": "Q", "answer": "1"}'], [], "traces.jsonl:1: missing response (tried response, completion, generation, output, generations, messages, conversations, steps)"),
+        (['{"prompt": "Q", "answer": "1"}'], [],
+         "traces.jsonl:1: missing response (tried response, completion, generation, output, "
+         "generations, messages, conversations, steps)"),
         (["{oops"], [], "traces.jsonl:1: invalid JSON"),
         ([], ["--segments", "0"], "--segments must be at least 1"),
         ([], ["--merge", "x"], "--merge must be one of pair, boundary"),
         ([], ["--shard", "3/2"], "--shard 3/2: need 0 <= i < n"),
-        ([], ["--model", "/nonexistent/model.gguf"], "--model: no such folder or file: /nonexistent/model.gguf"),
+        ([], ["--model", "/nonexistent/model.gguf"],
+         "--model: no such folder or file: /nonexistent/model.gguf"),
         ([], ["--model", "./no/such/folder"], "--model: no such folder or file: ./no/such/folder"),
         ([], ["--model", "~/no-such-model"], "--model: no such folder or file: ~/no-such-model"),
     ],
@@ -97,7 +104,8 @@ def test_shards_partition_traces(tiny_model_dir, traces_file, tmp_path, capsys):
     ids = []
     for i in range(2):
         out = tmp_path / f"s{i}.parquet"
-        run(["segment", traces_file, "--model", tiny_model_dir, "-o", out, "--shard", f"{i}/2"], capsys)
+        run(["segment", traces_file, "--model", tiny_model_dir, "-o", out, "--shard", f"{i}/2"],
+            capsys)
         ids += list(pd.read_parquet(out).trace_id.unique())
     assert sorted(ids) == ["t1", "t2", "t3"]
 
@@ -241,7 +249,8 @@ def test_help_shows_the_choices_of_every_option_that_has_them(capsys):
         for param in command.params:
             flag = next((o for o in param.opts if o in choices), None)
             if flag:
-                assert any(f"{flag} {'|'.join(c)}" in help_text for c in choices[flag]), (name, flag)
+                shown = any(f"{flag} {'|'.join(c)}" in help_text for c in choices[flag])
+                assert shown, (name, flag)
                 checked += 1
     assert checked >= 20
     code, stdout, _ = run_cli(["segment", "--help"], capsys)
@@ -330,7 +339,8 @@ def test_help_and_early_errors_load_no_model_stack(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "Q", "answer": "1"}\n')  # no response (segment needs no answer)
     good = tmp_path / "good.jsonl"
-    good.write_text(json.dumps({"prompt": "Q?", "response": "Think.\nAnswer: 1", "answer": "1"}) + "\n")
+    good.write_text(json.dumps({"prompt": "Q?", "response": "Think.\nAnswer: 1", "answer": "1"})
+                    + "\n")
     commands = list(typer.main.get_group(app).commands)
     argvs = [["--help"], *([c, "--help"] for c in commands),
              ["segment", str(bad), "-o", str(tmp_path / "o.parquet")],

@@ -38,7 +38,8 @@ def test_compare_end_to_end(tiny_model_dir, traces_file, tmp_path, capsys):
         assert df[cols].sort_values(cols).reset_index(drop=True).equals(
             seg[cols].sort_values(cols).reset_index(drop=True))
     corr = pd.read_parquet(out / "correlations.parquet")
-    assert list(corr.columns) == ["trace_id", "method_a", "method_b", "statistic", "value", "ci_low", "ci_high", "n"]
+    assert list(corr.columns) == ["trace_id", "method_a", "method_b", "statistic", "value",
+                                  "ci_low", "ci_high", "n"]
     assert {"rredcot", "loo"} <= set(corr.method_a) | set(corr.method_b)
     assert (out / "report.html").exists() and (out / "report.md").exists()
     assert "Agreement with mc" in stdout
@@ -54,7 +55,8 @@ def test_compare_end_to_end(tiny_model_dir, traces_file, tmp_path, capsys):
 
 def test_mismatched_segmentations_are_refused(tiny_model_dir, traces_file, tmp_path, capsys):
     for k in (3, 4):
-        run(["redistribute", traces_file, "--model", tiny_model_dir, "-k", k, "-o", tmp_path / f"r{k}.parquet"], capsys)
+        run(["redistribute", traces_file, "--model", tiny_model_dir, "-k", k,
+             "-o", tmp_path / f"r{k}.parquet"], capsys)
     df = pd.read_parquet(tmp_path / "r4.parquet")
     df["method"] = "other"
     df.to_parquet(tmp_path / "other.parquet")
@@ -117,7 +119,8 @@ def session_folder(folder: Path, methods=("rredcot", "mc", "loo", "shapley")) ->
     write_table(seg, folder / "segments.parquet")
     pd.DataFrame({"trace_id": ["all"], "method_a": ["mc"], "method_b": ["loo"], "statistic": ["x"],
                   "value": [0.0]}).to_parquet(folder / "correlations.parquet")
-    pd.DataFrame({"method": ["mc"], "traces": [1], "seconds": [1.0]}).to_parquet(folder / "costs.parquet")
+    pd.DataFrame({"method": ["mc"], "traces": [1], "seconds": [1.0]}).to_parquet(
+        folder / "costs.parquet")
     return df
 
 
@@ -146,7 +149,8 @@ def test_find_score_tables_gradient_labels(tmp_path):
     df = random_scores(4, {"loo": 0.0, "gradient-ig": 1.0, "gradient-ixg": 1.0}, seed=1)
     write_table(df, tmp_path / "attr.parquet", run_id="run-attr")
     found = find_score_tables(tmp_path, "gradient")
-    assert found == {"gradient-ig": tmp_path / "attr.parquet", "gradient-ixg": tmp_path / "attr.parquet"}
+    attr = tmp_path / "attr.parquet"
+    assert found == {"gradient-ig": attr, "gradient-ixg": attr}
     assert list(find_score_tables(tmp_path, "gradient-ixg")) == ["gradient-ixg"]
     with pytest.raises(ScoreTablesNotFound, match="gradient-saliency: no table"):
         find_score_tables(tmp_path, "gradient-saliency")
@@ -204,7 +208,8 @@ def test_compare_without_inputs_writes_report_and_says_which_tables(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     code, stdout, err = run(["compare", "--methods", "rredcot,mc,loo", "--bootstrap", "50"], capsys)
     assert code == 0, err
-    assert "rredcot: rredcot.parquet" in err and "mc: mc.parquet" in err and "loo: attr.parquet" in err
+    assert all(line in err for line in
+               ("rredcot: rredcot.parquet", "mc: mc.parquet", "loo: attr.parquet"))
     assert "Agreement with mc" in stdout and "Paired differences" in stdout
     corr = pd.read_parquet(tmp_path / "report" / "correlations.parquet")
     # not shapley; the position baseline is a row of its own
@@ -214,7 +219,8 @@ def test_compare_without_inputs_writes_report_and_says_which_tables(tmp_path, mo
         text = (tmp_path / "report" / name).read_text()
         assert "loo: ../attr.parquet" in text and str(tmp_path) not in text
     # The same as naming the tables, and the same as the Python API.
-    named = compare_scores([tmp_path / "rredcot.parquet", tmp_path / "mc.parquet", tmp_path / "attr.parquet"],
+    named = compare_scores([tmp_path / "rredcot.parquet", tmp_path / "mc.parquet",
+                            tmp_path / "attr.parquet"],
                            tmp_path / "named", methods=["rredcot", "mc", "loo"], n_boot=50)
     pd.testing.assert_frame_equal(corr, named.correlations.table)
     api = compare(methods="rredcot,mc,loo", folder=tmp_path, output=tmp_path / "api",
@@ -253,7 +259,8 @@ def test_user_sequence_redistribute_attribute_compare(tiny_model_dir, traces_fil
     spans = ["trace_id", "segment", "char_start", "char_end"]
     for name, table in tables.items():  # one segmentation, made four times
         got = table[spans].sort_values(spans[:2]).reset_index(drop=True)
-        assert got.equals(tables["segments"][spans].sort_values(spans[:2]).reset_index(drop=True)), name
+        want = tables["segments"][spans].sort_values(spans[:2]).reset_index(drop=True)
+        assert got.equals(want), name
     rredcot, loo = tables["rredcot"], tables["attr"]
     per_trace = corr.loc[(corr["trace_id"] != "all") & (corr["statistic"] == "spearman")
                          & (corr["method_a"] == "rredcot") & (corr["method_b"] == "loo")]

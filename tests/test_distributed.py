@@ -148,7 +148,8 @@ def test_training_on_two_processes(tiny_model_dir, tmp_path):
     launch(2)
     out = tmp_path / "out"
     for rank in (0, 1):
-        steps = [json.loads(x) for x in (tmp_path / f"adv-rank{rank}.jsonl").read_text().splitlines()]
+        lines = (tmp_path / f"adv-rank{rank}.jsonl").read_text().splitlines()
+        steps = [json.loads(x) for x in lines]
         assert len(steps) == 2 and all(s["world"] == 2 for s in steps)
         rows = [r for s in steps for r in s["rows"]]
         assert any(r["A"] != 0 for r in rows)  # this process scored completions of its own

@@ -25,7 +25,8 @@ def lookup_trace(fruit: str, value: str, right: bool) -> Trace:
     return Trace(
         f"{fruit}-{right}", TABLE + f"What is the price of the {fruit}?",
         "Let me look at the price list.\nThe list has three fruits.\nI need the row for the "
-        f"{fruit}.\nThe {fruit} costs {stated} dollars.\nThe final answer is $\\boxed{{{stated}}}$.",
+        f"{fruit}.\nThe {fruit} costs {stated} dollars.\n"
+        f"The final answer is $\\boxed{{{stated}}}$.",
         value, outcome=1.0 if right else 0.0,
     )
 
@@ -61,7 +62,8 @@ def test_packed_equals_naive_on_the_embedded_model(smol):
               "The final answer is $\\boxed{9}$.", outcome=1.0)
     both = RredcotOptions(value="both")
     a = run_analysis([t], smol, methods={"rredcot": both}).rows["rredcot"]
-    b = run_analysis([t], smol, methods={"rredcot": dataclasses.replace(both, probe_mode="naive")}).rows["rredcot"]
+    naive = dataclasses.replace(both, probe_mode="naive")
+    b = run_analysis([t], smol, methods={"rredcot": naive}).rows["rredcot"]
     for x, y in zip(a, b):
         assert abs(x["r_hat"] - y["r_hat"]) < 1e-4 and abs(x["v_hat"] - y["v_hat"]) < 1e-4
 

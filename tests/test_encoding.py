@@ -27,7 +27,8 @@ def latex_bpe():
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
     corpus = ["The final answer is $\\boxed{\\frac{1}{2}}$ and $\\boxed{\\frac{3}{4}}$."] * 50
-    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(vocab_size=300,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tk.train_from_iterator(corpus, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tk)
 

@@ -311,7 +311,8 @@ def shows_trace(page, heading: str) -> None:
         page.wait_for_function("h => document.getElementById('trace-heading').textContent === h",
                                arg=heading, timeout=10_000)
     except Exception:
-        pytest.fail(f"the trace view shows {page.text_content('#trace-heading')!r}, not {heading!r}")
+        shown = page.text_content("#trace-heading")
+        pytest.fail(f"the trace view shows {shown!r}, not {heading!r}")
 
 
 def check_segments(page, data: dict, t: int) -> None:

@@ -60,7 +60,8 @@ def test_bad_problems(tmp_path, line, message):
 
 def test_duplicate_and_empty(tmp_path):
     p = tmp_path / "p.jsonl"
-    p.write_text('{"id": "a", "prompt": "x", "answer": "1"}\n{"id": "a", "prompt": "y", "answer": "2"}\n')
+    p.write_text('{"id": "a", "prompt": "x", "answer": "1"}\n'
+                 '{"id": "a", "prompt": "y", "answer": "2"}\n')
     with pytest.raises(TraceError, match="duplicate id 'a'"):
         read_problems(p)
     (tmp_path / "e.jsonl").write_text("\n")
@@ -79,7 +80,8 @@ def test_generate_schema_and_round_trip(scorer, problems_file, tmp_path):
     assert x["prompt"] == PROBLEMS[0]["prompt"] and x["answer"] == "7"
     assert x["solution"] == PROBLEMS[0]["solution"] and got[2]["answer"] == "12"
     assert x["temperature"] == 1.0 and x["max_new_tokens"] == 10 and x["seed"] == 0
-    assert all(isinstance(y["correct"], bool) and y["finish_reason"] in ("stop", "length") for y in got)
+    assert all(isinstance(y["correct"], bool) and y["finish_reason"] in ("stop", "length")
+               for y in got)
     assert (s.problems, s.sampled, s.samples, s.resumed) == (3, 3, 6, 0)
     assert s.truncated == sum(y["finish_reason"] == "length" for y in got)
     # Valid input for the analysis commands.
@@ -99,7 +101,8 @@ def test_determinism_and_seed(scorer, problems_file, tmp_path):
     a, b, c = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
     generate_traces(problems_file, a, model=scorer, options=SMALL)
     generate_traces(problems_file, b, model=scorer, options=SMALL)
-    generate_traces(problems_file, c, model=scorer, options=GenerateOptions(samples=2, max_new_tokens=10, seed=1))
+    generate_traces(problems_file, c, model=scorer,
+                    options=GenerateOptions(samples=2, max_new_tokens=10, seed=1))
     assert a.read_text() == b.read_text()
     assert [x["response"] for x in lines(a)] != [x["response"] for x in lines(c)]
 
@@ -177,7 +180,8 @@ def test_cli_end_to_end(tiny_model_dir, problems_file, tmp_path, capsys):
     code = cli("generate", problems_file, "-o", out, "--samples", "2", "--max-new-tokens", "9",
                "--temperature", "0.9", "--top-p", "0.95", "--seed", "2", *model)
     err = capsys.readouterr().err.strip()
-    assert code == 2 and err.startswith("error:") and "max_new_tokens 8 vs 9" in err and "\n" not in err
+    assert code == 2 and err.startswith("error:") and "\n" not in err
+    assert "max_new_tokens 8 vs 9" in err
 
 
 def test_cli_bad_input(tiny_model_dir, tmp_path, capsys):
@@ -186,7 +190,8 @@ def test_cli_bad_input(tiny_model_dir, tmp_path, capsys):
     model = ["--model", tiny_model_dir, "--device", "cpu"]
     code = cli("generate", bad, "-o", tmp_path / "t.jsonl", *model)
     err = capsys.readouterr().err.strip()
-    assert code == 2 and err == f"error: {bad}:2: missing reference answer (tried answer, reference_answer, gt_answer)"
+    assert code == 2 and err == (f"error: {bad}:2: missing reference answer (tried answer, "
+                                 "reference_answer, gt_answer)")
     code = cli("generate", bad, "-o", tmp_path / "t.jsonl", "--samples", "0", *model)
     assert code == 2 and "--samples must be at least 1" in capsys.readouterr().err
     code = cli("generate", tmp_path / "missing.jsonl", *model)

@@ -19,7 +19,8 @@ from cotcredit.lm.generation import (
 )
 from cotcredit.lm.sampling import HFGenerator, get_generator
 
-TEXTS = ["Let me think step by step.", "So the answer is 12", "Apples cost", "Wait, check again. Hmm"]
+TEXTS = ["Let me think step by step.", "So the answer is 12", "Apples cost",
+         "Wait, check again. Hmm"]
 
 
 @pytest.fixture
@@ -192,7 +193,8 @@ def test_other_errors_are_not_swallowed(scorer, prompts, monkeypatch):
 
     monkeypatch.setattr(HFGenerator, "_decode_rows", broken)
     with pytest.raises(RuntimeError, match="shape mismatch"):
-        HFGenerator(scorer.model, scorer.tokenizer).generate(prompts, SamplingOptions(max_new_tokens=2))
+        HFGenerator(scorer.model, scorer.tokenizer).generate(prompts,
+                                                             SamplingOptions(max_new_tokens=2))
 
 
 def test_auto_batch_size_is_bounded(gen):
@@ -210,7 +212,8 @@ def test_decode_continuation(scorer):
 
 def test_keys_and_seeds():
     assert row_seed(0, "a", 0) == row_seed(0, "a", 0)
-    assert len({row_seed(0, "a", 0), row_seed(1, "a", 0), row_seed(0, "b", 0), row_seed(0, "a", 1)}) == 4
+    seeds = {row_seed(0, "a", 0), row_seed(1, "a", 0), row_seed(0, "b", 0), row_seed(0, "a", 1)}
+    assert len(seeds) == 4
     k = default_keys([[1, 2], [3], [1, 2]])
     assert k[0] != k[2] and k[0].split("#")[0] == k[2].split("#")[0]
 
@@ -270,7 +273,8 @@ def test_vllm_backend_plumbing(scorer, prompts, monkeypatch):
     assert (p0.n, p0.temperature, p0.top_p, p0.max_tokens) == (2, 0.7, 0.9, 5)
     assert p0.seed == row_seed(4, "a", 0) % (1 << 63) and calls["params"][1].seed != p0.seed
     assert stop in p0.stop_token_ids
-    assert out[0][0] == Completion([5, 6], decode_continuation(scorer.tokenizer, prompts[0], [5, 6]), "stop")
+    text = decode_continuation(scorer.tokenizer, prompts[0], [5, 6])
+    assert out[0][0] == Completion([5, 6], text, "stop")
     assert out[0][1].truncated and out[0][1].token_ids == [7, 8, 9]
 
 

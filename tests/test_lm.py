@@ -10,7 +10,9 @@ from cotcredit.data.trace import Trace
 from cotcredit.errors import UserError
 from cotcredit.lm import Continuation, ModelOptions, Scorer, load_scorer
 
-TRACE = Trace("a", "What is 3+4?", "Let me think. 3 + 4 = 7 \U0001f600.\nWait, yes 7.\nSo 7.\nThe final answer is $\\boxed{7}$.", "7")
+TRACE = Trace("a", "What is 3+4?",
+              "Let me think. 3 + 4 = 7 \U0001f600.\nWait, yes 7.\nSo 7.\n"
+              "The final answer is $\\boxed{7}$.", "7")
 
 
 def test_encode_is_prompt_then_reasoning_tokens(scorer):
@@ -27,7 +29,8 @@ def test_encode_is_prompt_then_reasoning_tokens(scorer):
 
 
 def test_prompt_uses_chat_template(scorer):
-    assert scorer.render_prompt("hi").startswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert scorer.render_prompt("hi").startswith(
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     plain = scorer.with_options(ModelOptions(chat_template=False))
     assert plain.render_prompt("hi") == "hi"
 
@@ -165,7 +168,8 @@ def test_terminator_ids_start_with_prefix(scorer):
 
 def test_context_overflow_is_a_clear_error(scorer):
     long = Trace("long", "Q", "word " * 3000 + "\nAnswer: 1", "1")
-    with pytest.raises(UserError, match="exceed the model's context of 2048 tokens; use --truncate"):
+    with pytest.raises(UserError,
+                       match="exceed the model's context of 2048 tokens; use --truncate"):
         scorer.encode(long)
     cut = scorer.with_options(ModelOptions(truncate=True)).encode(long, reserve=10)
     assert cut.truncated > 0 and len(cut.ids) + 10 <= 2048

@@ -48,7 +48,8 @@ def _offset(text: str, line: int) -> int:
     "response, step, kind",
     [
         # first step wrong: arithmetic
-        ("37 + 25 = 61\n61 - 18 = 43\n43 + 9 = 52\n52 - 40 = 12\nThe answer is 12.", 1, "arithmetic"),
+        ("37 + 25 = 61\n61 - 18 = 43\n43 + 9 = 52\n52 - 40 = 12\nThe answer is 12.", 1,
+         "arithmetic"),
         # first step wrong: the start number misread (a carry from the prompt)
         ("36 + 25 = 61\n61 - 18 = 43\n43 + 9 = 52\n52 - 40 = 12\nThe answer is 12.", 1, "carry"),
         # second step: the previous result carried wrongly
@@ -58,11 +59,13 @@ def _offset(text: str, line: int) -> int:
         # third step: an operation skipped (the fourth one done instead)
         ("37 + 25 = 62\n62 - 18 = 44\n44 - 40 = 4\nThe answer is 4.", 3, "operand"),
         # last step wrong: arithmetic
-        ("37 + 25 = 62\n62 - 18 = 44\n44 + 9 = 53\n53 - 40 = 14\nThe answer is 14.", 4, "arithmetic"),
+        ("37 + 25 = 62\n62 - 18 = 44\n44 + 9 = 53\n53 - 40 = 14\nThe answer is 14.", 4,
+         "arithmetic"),
         # last step garbled
         ("37 + 25 = 62\n62 - 18 = 44\n44 + 9 = 53\n53 - 4 0 = 13\nThe answer is 13.", 4, "garbled"),
         # a blank line is a garbled step
-        ("37 + 25 = 62\n\n62 - 18 = 44\n44 + 9 = 53\n53 - 40 = 13\nThe answer is 13.", 2, "garbled"),
+        ("37 + 25 = 62\n\n62 - 18 = 44\n44 + 9 = 53\n53 - 40 = 13\nThe answer is 13.", 2,
+         "garbled"),
         # an extra step after four right ones
         ("37 + 25 = 62\n62 - 18 = 44\n44 + 9 = 53\n53 - 40 = 13\n13 + 0 = 13\nThe answer is 13.",
          5, "extra"),

@@ -14,8 +14,9 @@ from cotcredit.data.traces import read_traces
 from cotcredit.errors import UserError
 
 ROWS = [
-    {"id": f"r{i}", "prompt": f"What is {i} + 1?", "response": f"Let me add.\nSo {i} + 1 = {i + 1}.\n"
-     f"The final answer is $\\boxed{{{i + 1}}}$.", "answer": str(i + 1), "correct": i % 2 == 0}
+    {"id": f"r{i}", "prompt": f"What is {i} + 1?",
+     "response": f"Let me add.\nSo {i} + 1 = {i + 1}.\nThe final answer is $\\boxed{{{i + 1}}}$.",
+     "answer": str(i + 1), "correct": i % 2 == 0}
     for i in range(5)
 ]
 

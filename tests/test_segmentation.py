@@ -47,7 +47,8 @@ def check_invariants(enc, seg):
 
 def test_candidates_at_lines_and_keywords(encoded):
     enc, _ = encoded
-    starts = {enc.reasoning_text[enc.token_starts[t]:].lstrip()[:5] for t in candidate_cuts(enc, SegmentOptions().keywords)}
+    cuts = candidate_cuts(enc, SegmentOptions().keywords)
+    starts = {enc.reasoning_text[enc.token_starts[t]:].lstrip()[:5] for t in cuts}
     for word in ("Apple", "Wait,", "So 5 ", "Hmm, ", "Actua", "Then ", "There"):
         assert word in starts
 
@@ -79,7 +80,8 @@ def test_boundary_merge_keeps_high_entropy_cuts(encoded):
     enc, _ = encoded
     cands = candidate_cuts(enc, SegmentOptions().keywords)
     keep = [cands[1], cands[4]]
-    seg = segment_encoded(enc, _fake_entropy(enc, keep), SegmentOptions(segments=3, merge="boundary"))
+    seg = segment_encoded(enc, _fake_entropy(enc, keep),
+                          SegmentOptions(segments=3, merge="boundary"))
     assert [s.token_start for s in seg.segments[1:]] == keep
 
 
@@ -146,7 +148,8 @@ def _naive_merge(bounds, ent, options, target):
         return options.max_tokens is None or bounds[i + 2] - bounds[i] <= options.max_tokens
 
     while len(bounds) > 2:
-        short = [i for i in range(len(bounds) - 1) if bounds[i + 1] - bounds[i] < options.min_tokens]
+        short = [i for i in range(len(bounds) - 1)
+                 if bounds[i + 1] - bounds[i] < options.min_tokens]
         if not short:
             break
         i = short[0]
@@ -176,7 +179,8 @@ def test_heap_merge_equals_the_naive_scan(case, target, merge, min_tokens, max_t
     n, cuts, values = case
     bounds = [0, *sorted(cuts), n]
     ent = torch.tensor(values, dtype=torch.float64)  # few distinct values: many ties
-    opts = SegmentOptions(segments=target, merge=merge, min_tokens=min_tokens, max_tokens=max_tokens)
+    opts = SegmentOptions(segments=target, merge=merge, min_tokens=min_tokens,
+                          max_tokens=max_tokens)
     assert _merge(bounds, ent, opts, target) == _naive_merge(bounds, ent, opts, target)
 
 

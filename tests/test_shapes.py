@@ -54,7 +54,8 @@ def step_rows(seg, tid):
 
 PB_ROWS = [
     {"id": "pb-0", "generator": "m", "problem": PROBLEM, "answer": "7",
-     "steps": ["First, 3 + 4.", "So 3 + 4 = 8.", "Check: 8 - 4 = 4.", "The final answer is $\\boxed{8}$."],
+     "steps": ["First, 3 + 4.", "So 3 + 4 = 8.", "Check: 8 - 4 = 4.",
+               "The final answer is $\\boxed{8}$."],
      "label": 1, "final_answer_correct": False},
     {"id": "pb-1", "generator": "m", "problem": PROBLEM, "answer": "7",
      "steps": ["First, 3 + 4.", "Now 3 + 4 = 7.", "The final answer is $\\boxed{7}$."],
@@ -93,7 +94,8 @@ def test_prm800k_nested_fields_and_ratings(tmp_path, scorer):
         return {"completions": [{"text": text, "rating": rating, "flagged": None}],
                 "human_completion": None, "chosen_completion": 0}
 
-    row = {"labeler": "x", "timestamp": "2022", "generation": 3, "is_quality_control_question": False,
+    row = {"labeler": "x", "timestamp": "2022", "generation": 3,
+           "is_quality_control_question": False,
            "question": {"problem": PROBLEM, "ground_truth_answer": "7",
                         "ground_truth_solution": "3 + 4 = 7, so the answer is $\\boxed{7}$."},
            "label": {"steps": [step("First, 3 + 4.", 1), step("So 3 + 4 = 8.", -1),
@@ -116,7 +118,8 @@ def test_prm800k_nested_fields_and_ratings(tmp_path, scorer):
 
 OPENR1 = {"problem": PROBLEM, "solution": "3 + 4 = 7", "answer": "7", "uuid": "u1",
           "generations": [GOOD, BAD], "correctness_math_verify": [True, False],
-          "messages": [{"role": "user", "content": PROBLEM}, {"role": "assistant", "content": GOOD}]}
+          "messages": [{"role": "user", "content": PROBLEM},
+                       {"role": "assistant", "content": GOOD}]}
 
 
 def test_openr1_one_trace_per_generation(tmp_path, scorer):
@@ -133,7 +136,8 @@ def test_openr1_one_trace_per_generation(tmp_path, scorer):
 def test_numina_answer_from_the_solution(tmp_path, scorer):
     sol = "First, 3 + 4.\nSo 3 + 4 = 7.\nThe answer is $\\boxed{7}$."
     row = {"source": "amc", "problem": PROBLEM, "solution": sol,
-           "messages": [{"role": "user", "content": PROBLEM}, {"role": "assistant", "content": sol}]}
+           "messages": [{"role": "user", "content": PROBLEM},
+                        {"role": "assistant", "content": sol}]}
     p = write_jsonl(tmp_path / "numina.jsonl", [row])
     (t,), seg, rr = analyse(p, scorer, preset="numina")
     assert (t.prompt, t.response, t.answer) == (PROBLEM, sol, "7")
@@ -146,7 +150,8 @@ def test_numina_answer_from_the_solution(tmp_path, scorer):
 def test_gsm8k_worked_answer_reduced_to_its_number(tmp_path, scorer):
     worked = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
               "Natalia sold 48+24 = <<48+24=72>>72 clips altogether.\n#### 72")
-    resp = "Let me think.\nIn May she sold 24.\nSo 48 + 24 = 72.\nThe final answer is $\\boxed{72}$."
+    resp = ("Let me think.\nIn May she sold 24.\nSo 48 + 24 = 72.\n"
+            "The final answer is $\\boxed{72}$.")
     row = {"question": "Natalia sold 48 clips in April and half as many in May. How many?",
            "answer": worked, "response": resp}
     p = write_jsonl(tmp_path / "gsm8k.jsonl", [row])
@@ -251,8 +256,8 @@ def test_missing_dataset_and_split_exit_2(tmp_path, capsys, tiny_model_dir):
     datasets.DatasetDict({"test": datasets.Dataset.from_list(PB_ROWS)}).save_to_disk(
         str(tmp_path / "pb"))
     code, _, err = run_cli(["segment", tmp_path / "pb", "--split", "train", "--format",
-                            "processbench", "--model", tiny_model_dir, "-o", tmp_path / "s.parquet"],
-                           capsys)
+                            "processbench", "--model", tiny_model_dir,
+                            "-o", tmp_path / "s.parquet"], capsys)
     assert code == 2 and "no split 'train' (it has test)" in err and "Traceback" not in err
     code, _, err = run_cli(["segment", tmp_path / "pb", "--split", "test", "--format",
                             "processbench", "--model", tiny_model_dir, "-o", tmp_path / "s.parquet",

@@ -17,7 +17,8 @@ def write(tmp_path, lines, name="t.jsonl"):
 
 
 def good(**kw):
-    base = {"prompt": "Q?", "response": "Let me think.\nSo 2.\nThe final answer is $\\boxed{2}$.", "answer": "2"}
+    base = {"prompt": "Q?", "response": "Let me think.\nSo 2.\nThe final answer is $\\boxed{2}$.",
+            "answer": "2"}
     base.update(kw)
     return json.dumps(base)
 
@@ -55,7 +56,8 @@ def test_field_override(tmp_path):
     "line, message",
     [
         ("{not json", "t.jsonl:1: invalid JSON"),
-        (json.dumps({"prompt": "Q", "response": "R"}), "t.jsonl:1: missing reference answer (tried answer, reference_answer, gt_answer)"),
+        (json.dumps({"prompt": "Q", "response": "R"}),
+         "t.jsonl:1: missing reference answer (tried answer, reference_answer, gt_answer)"),
         (good(answer=""), "t.jsonl:1: field 'answer' is empty"),
         (good(prompt=["a"]), "t.jsonl:1: field 'prompt' must be a string, got list"),
         (good(response="\\boxed{2}"), "t.jsonl:1: response has no reasoning"),
@@ -75,7 +77,8 @@ def test_bad_lines_name_file_line_field(tmp_path, line, message):
 
 
 def test_skip_collects_and_continues(tmp_path):
-    p = write(tmp_path, [good(id="a"), "{bad", good(id="b"), json.dumps({"prompt": "x"}), good(id="a")])
+    p = write(tmp_path, [good(id="a"), "{bad", good(id="b"), json.dumps({"prompt": "x"}),
+                         good(id="a")])
     res = read_traces(p, on_error="skip")
     assert [t.id for t in res.traces] == ["a", "b"]
     assert [e.line for e in res.skipped] == [2, 4, 5]
@@ -90,7 +93,8 @@ def test_missing_and_empty_files(tmp_path):
 
 
 def test_crlf_and_unicode(tmp_path):
-    resp = "Wait, \u05e9\u05dc\u05d5\u05dd e\u0301 \U0001f600\r\nSo 2.\r\nThe final answer is \\boxed{2}"
+    resp = ("Wait, \u05e9\u05dc\u05d5\u05dd e\u0301 \U0001f600\r\nSo 2.\r\n"
+            "The final answer is \\boxed{2}")
     p = tmp_path / "t.jsonl"
     p.write_bytes((good(response=resp) + "\r\n").encode())
     t = read_traces(p).traces[0]

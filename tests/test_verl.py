@@ -280,7 +280,8 @@ def test_the_trainers_give_their_actor_workers_the_scoring_method():
         pass
 
     mapping = {Role.ActorRollout: ray.remote(ActorRolloutRefWorker),
-               Role.RefPolicy: ray.remote(OtherActorWorker), Role.Critic: ray.remote(TrainingWorker)}
+               Role.RefPolicy: ray.remote(OtherActorWorker),
+               Role.Critic: ray.remote(TrainingWorker)}
     _with_credit_workers(mapping)
     actor = mapping[Role.ActorRollout].__ray_actor_class__
     assert actor is verl_workers.RredcotActorRolloutRefWorker
@@ -348,7 +349,8 @@ def put_rows(tq, scorer, tag: str):
         rm[-1] = s
         fields.append({"prompts": torch.tensor(p), "responses": torch.tensor(r),
                        "response_mask": torch.ones(len(r), dtype=torch.long), "rm_scores": rm,
-                       "uid": f"{uid}-{tag}", "reward_model": {"ground_truth": ANSWERS[int(uid[1])]}})
+                       "uid": f"{uid}-{tag}",
+                       "reward_model": {"ground_truth": ANSWERS[int(uid[1])]}})
     tq.kv_batch_put(keys=keys, fields=list_of_dict_to_tensordict(fields), tags=[{}] * 6,
                     partition_id="train")
     return KVBatchMeta(keys=keys, tags=[{}] * 6, partition_id="train")

@@ -163,7 +163,8 @@ def test_probes_equal_the_models_own_forward(family, tokenizer):
 def test_bfloat16_scores_stay_close_to_float32(family, tokenizer):
     """Logits in float32 from float32 head weights: bfloat16 moves only the model body."""
     ref = estimate(_context(_scorer(family, tokenizer)), RredcotOptions(value="rhat"))
-    low = estimate(_context(_scorer(family, tokenizer, torch.bfloat16)), RredcotOptions(value="rhat"))
+    low = estimate(_context(_scorer(family, tokenizer, torch.bfloat16)),
+                   RredcotOptions(value="rhat"))
     assert np.allclose(ref.r_hat, low.r_hat, atol=0.3)
 
 

@@ -41,7 +41,8 @@ METHODS_MARKER = "<!-- more-methods -->"
 MODULES_MARKER = "<!-- method-modules -->"
 COMMANDS_NAV, AFTER = "Commands", "segment"  # method commands go after this one in the nav
 # [text](target) and ![alt](target); titles after the target are kept as they are.
-LINK = re.compile(r"(?P<bang>!?)\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]+)(?P<title>\s+\"[^\"]*\")?\)")
+LINK = re.compile(
+    r"(?P<bang>!?)\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]+)(?P<title>\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
 REPO_IMAGES = "_repo"  # where the repository's images land inside the site
 
@@ -220,7 +221,8 @@ def _cell(text: str) -> str:
 
 
 def cli_options_markdown(name: str) -> str | None:
-    """Usage and a table of the arguments and options of `cotcredit NAME` (None: no such command)."""
+    """Usage and a table of the arguments and options of `cotcredit NAME` (None: no such
+    command)."""
     import typer
 
     group = _cli_group()
@@ -249,7 +251,8 @@ def _cli_options(markdown: str, page) -> str:
     def replace(m: re.Match) -> str:
         table = cli_options_markdown(m[1])
         if table is None:
-            log.warning(f"{page.file.src_uri}: no command `cotcredit {m[1]}` for <!-- cli-options -->")
+            log.warning(f"{page.file.src_uri}: no command `cotcredit {m[1]}` for "
+                        "<!-- cli-options -->")
             return m[0]
         return table
 
@@ -269,7 +272,8 @@ def _repo_links(markdown: str, page, config) -> str:
             return m[0]
         rel = target.relative_to(root).as_posix()
         if not target.exists():
-            log.warning(f"{page.file.src_uri}: link to '{m['target']}': no file {rel} in the repository")
+            log.warning(f"{page.file.src_uri}: link to '{m['target']}': no file {rel} in the "
+                        "repository")
             return m[0]
         if m["bang"]:
             site_path = docs_dir / REPO_IMAGES / rel

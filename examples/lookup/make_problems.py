@@ -14,14 +14,14 @@ problems to a file. Three tasks, one JSONL line per problem (id, prompt, answer,
             6-8 reasoning lines, one table read each (the regime's checker finds the first
             wrong one), then "The answer is 31.".
 
-Why this shape (measured in examples/lookup/README.md): the 135M model cannot follow a format it
-is only told about, but it copies the format of earlier assistant turns. So the prompt is a
-few-shot conversation rendered in the model's own ChatML format: `--shots` solved examples as
-earlier user/assistant turns, then the problem: what the chat template would render, so
-cotcredit uses it as it is (it recognises the template's markers in the prompt). The examples draw their names and fruits from pools the
-problems never use, so an example's rows are never confused with the problem's. Prices are in
-"coins" and the answer is a plain "The answer is N." line: with dollars and \\boxed{} the model
-wrote "$8.43"-style answers.
+Why this shape (measured in examples/lookup/README.md): the 135M model cannot follow a format it is
+only told about, but it copies the format of earlier assistant turns. So the prompt is a few-shot
+conversation rendered in the model's own ChatML format: `--shots` solved examples as earlier
+user/assistant turns, then the problem: what the chat template would render, so cotcredit uses it as
+it is (it recognises the template's markers in the prompt). The examples draw their names and fruits
+from pools the problems never use, so an example's rows are never confused with the problem's.
+Prices are in "coins" and the answer is a plain "The answer is N." line: with dollars and \\boxed{}
+the model wrote "$8.43"-style answers.
 
     python examples/lookup/make_problems.py --task mc-study --n 50 --seed 14 \\
         --out examples/lookup/study_problems.jsonl

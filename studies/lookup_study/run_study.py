@@ -86,7 +86,7 @@ def hops_check(trace: dict):
 
 def study(out: Path, args) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    log: dict = json.loads((out / "steps.json").read_text()) if (out / "steps.json").exists() else {}
+    log = org.read_log(out)
     problems = hops.make_problems("hops", args.problems, seed=21)
     (out / "problems.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
     model = ["--model", args.model] if args.model else []

@@ -18,9 +18,9 @@ any result was seen:
   the median step count of the traces, fixed in advance: merges lines of longer traces, cuts
   inside lines of shorter ones).
 - Methods on each: rredcot-rhat (R̂ alone, the default), rredcot (R̂ + v̂ over the remaining
-  reference steps) and loo. Shapley and integrated gradients are left out for CPU time (on the
-  step segmentation they localize no better than LOO). Monte Carlo is not rerun: its boundaries differ per
-  segmentation, and MC agreement is the organism study's.
+  reference steps) and loo. Shapley and integrated gradients are left out for CPU time (on the step
+  segmentation they localize no better than LOO). Monte Carlo is not rerun: its boundaries differ
+  per segmentation, and MC agreement is the organism study's.
 - Metric: top-1 localization of the first wrong step (traces with a wrong step and a wrong
   answer: the lowest-credit segment holds `error_char`; a tied minimum counts 1/m), against the
   text-free baselines of the organism study (a random segment: 1/K; the most frequent
@@ -101,7 +101,7 @@ def run_segmentation(org, study: Path, out: Path, k: int, model: str, mc_traces:
     """One hybrid segmentation with -k `k` and the methods on it, in `out`; with `mc_traces`,
     Monte Carlo as the study ran it on that many traces, and `cotcredit compare` (Amendment 1)."""
     out.mkdir(parents=True, exist_ok=True)
-    log: dict = json.loads((out / "steps.json").read_text()) if (out / "steps.json").exists() else {}
+    log = _organism_study.read_log(out)
     traces = os.path.relpath(study / "traces.jsonl", out)
     org.run(out, f"segmentation -k {k}", ["segment", traces, "-o", "segments.parquet", "-k",
                                            str(k), "--model", model, "--on-error", "skip",

@@ -98,6 +98,12 @@ def run(out: Path, name: str, argv: list[str], log: dict, always: bool = False) 
     _write_log(out, log)
 
 
+def read_log(out: Path) -> dict:
+    """The steps a study folder has run (steps.json), {} before the first."""
+    path = out / "steps.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def _write_log(out: Path, log: dict) -> None:
     (out / "steps.json").write_text(json.dumps(log, indent=1) + "\n")
 
@@ -302,7 +308,7 @@ def _scores(out: Path) -> dict[str, pd.DataFrame]:
 
 def study(out: Path, model: str, args) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    log: dict = json.loads((out / "steps.json").read_text()) if (out / "steps.json").exists() else {}
+    log = read_log(out)
     if args.report_only:
         labels = label_traces(out / "raw_traces.jsonl", out / "traces.jsonl")
         report(out, labels, args, log)

@@ -31,8 +31,9 @@ def penalty_hits(weights: Path) -> dict[str, dict]:
             continue
         k, n = sum(h for h, _ in hits.values()), len(hits)
         chance = sum(c for _, c in hits.values()) / n
+        p = binomtest(k, n, chance, alternative="greater").pvalue
         out[str(arm)] = {"hits": int(k), "completions": n, "chance": round(chance, 3),
-                         "binomial_p_one_sided": float(f"{binomtest(k, n, chance, alternative='greater').pvalue:.2g}")}
+                         "binomial_p_one_sided": float(f"{p:.2g}")}
     return out
 
 

@@ -176,8 +176,10 @@ def greedy_accuracy(model_dir: Path, problems, *, chat: bool, max_new_tokens: in
     model, tokenizer = _load(model_dir)
     options = SamplingOptions(n=1, temperature=0.0, max_new_tokens=max_new_tokens).validate()
     with torch.no_grad():
-        outputs = HFGenerator(model, tokenizer).generate(_prompts(tokenizer, problems, chat), options)
-    right = sum(bool(grade_completion(c[0].text, p.answer).correct) for p, c in zip(problems, outputs))
+        outputs = HFGenerator(model, tokenizer).generate(_prompts(tokenizer, problems, chat),
+                                                         options)
+    right = sum(bool(grade_completion(c[0].text, p.answer).correct)
+                for p, c in zip(problems, outputs))
     return {"accuracy": right / len(problems), "correct": right, "problems": len(problems)}
 
 
@@ -407,7 +409,8 @@ def weights_at_start(args, out: Path, held_out: Path) -> None:
     arms = {a: ARMS[a] for a in args.arms if ARMS[a][0] == "rredcot"} | WEIGHT_VARIANTS
     for arm, (_, options) in arms.items():
         cfg = {**base, "seed": 0, "rredcot": {**base.get("rredcot", {}), **options}}
-        rows += where_the_weight_goes(model, cfg, problems, chat=bool(base.get("chat_template", True)),
+        rows += where_the_weight_goes(model, cfg, problems,
+                                      chat=bool(base.get("chat_template", True)),
                                       arm=arm, n=args.weights_sample)
     frame = pd.DataFrame(rows)
     frame.to_csv(out / "weights_start.csv", index=False)
@@ -531,7 +534,8 @@ def main(argv: list[str] | None = None) -> None:
         if rows:
             frame = pd.DataFrame(rows)
             frame.to_csv(out / "weights.csv", index=False)
-            text += "\nWhere the weight goes (seed 0, final checkpoint):\n\n" + weights_markdown(frame)
+            text += ("\nWhere the weight goes (seed 0, final checkpoint):\n\n"
+                     + weights_markdown(frame))
     (out / "summary.md").write_text(text)
     print(text)
     from studies.organism_train import run_facts  # here: run_facts imports this module

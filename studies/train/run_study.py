@@ -1,4 +1,4 @@
-"""Does GRPO with RREDCoT advantages train better than plain GRPO? Both, several seeds, side by side.
+"""Does GRPO with RREDCoT advantages train better than plain GRPO? Several seeds, side by side.
 
     python -m studies.train.run_study         # or: make train-study-lookup (48 min on 2 cores)
     python -m studies.train.run_study --steps 200 --prompts-per-step 2 --eval-every 50 \

@@ -51,13 +51,14 @@ Choice, on the development split only:
    chosen; within 0.01 of the best, the higher MC Spearman, then the fewer probes
    (remaining/matched before suffixes, one reference before several).
 
-Held-out report: the chosen variant, ``rredcot``, ``rredcot-rhat``, ``refdiff`` and
-``entropy`` on the test split of every regime run, every metric, paired differences with 95%
-intervals (``summary.md``, ``summary.csv``). Other variants may be scored on a test split too
-(``--test-rows all``, where time allows); they are shown, never used to choose. The default changes only if on P test the chosen
-variant beats ``rredcot`` on the primary metric with an interval that excludes 0 AND on
-``unique`` test its localization and MC Spearman differences with ``rredcot`` have lower bounds
-above −0.05. Otherwise the default stays and the summary says which variants lost.
+Held-out report: the chosen variant, ``rredcot``, ``rredcot-rhat``, ``refdiff`` and ``entropy``
+on the test split of every regime run, every metric, paired differences with 95% intervals
+(``summary.md``, ``summary.csv``). Other variants may be scored on a test split too
+(``--test-rows all``, where time allows); they are shown, never used to choose. The default
+changes only if on P test the chosen variant beats ``rredcot`` on the primary metric with an
+interval that excludes 0 AND on ``unique`` test its localization and MC Spearman differences
+with ``rredcot`` have lower bounds above −0.05. Otherwise the default stays and the summary says
+which variants lost.
 
 Outputs: ``<run>/<regime>/<split>/<row>.parquet`` (resumable per trace), ``metrics.csv`` per
 split, ``choice.json``, ``summary.md`` and ``summary.csv`` next to this script.

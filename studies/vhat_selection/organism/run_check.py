@@ -59,7 +59,7 @@ CANDIDATE, REFERENCE = "rredcot", "rredcot-rhat"
 def run_regime(out: Path, model: str, args) -> dict:
     """Traces, segments, the three arms and MC for one checkpoint; the paired figures."""
     out.mkdir(parents=True, exist_ok=True)
-    log: dict = json.loads((out / "steps.json").read_text()) if (out / "steps.json").exists() else {}
+    log = org.read_log(out)
     lines = PROBLEMS.read_text().splitlines(keepends=True)[: args.traces]
     (out / "problems.jsonl").write_text("".join(lines))
     org.run(out, "traces", ["generate", "problems.jsonl", "-o", "raw_traces.jsonl", "--samples",
@@ -110,7 +110,8 @@ def figures(out: Path, labels: pd.DataFrame, boot: int) -> dict:
                        | ((corr.method_a == "mc") & (corr.method_b == arm)))]
         result[arm] = {
             "top1": round(float(hits[arm].mean()), 3),
-            "top1_minus_rhat": [round(float(d.mean()), 3), round(float(np.quantile(means, 0.025)), 3),
+            "top1_minus_rhat": [round(float(d.mean()), 3),
+                                round(float(np.quantile(means, 0.025)), 3),
                                 round(float(np.quantile(means, 0.975)), 3)],
             "mc_spearman": round(float(mine.value.iloc[0]), 3) if len(mine) else None,
             "mc_spearman_minus_rhat": ([round(float(row.difference.iloc[0]), 3),
