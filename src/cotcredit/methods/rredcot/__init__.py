@@ -153,9 +153,8 @@ class RredcotOptions:
     references: str = option(
         "siblings", choices=REFERENCES,
         help="The known paths of v̂: solution: the trace's reference solution; solutions: "
-        "also its 'solutions' field (a list); siblings: also the other right-answer responses "
-        "to the same problem (same 'problem_id', else prompt, in the run's input; traces given "
-        "as a list: the listed ones alone, with a note).",
+        "also its 'solutions' list; siblings: also the right-answer responses to the same "
+        "problem in the input (same 'problem_id', else prompt).",
     )
     max_references: int = option(8, help="At most this many distinct references per trace.")
     mixture: str = option(
