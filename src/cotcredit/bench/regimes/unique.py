@@ -1,12 +1,6 @@
 """`unique`: the organism's chain task, where the reference solution is the only valid path.
 
-    Start at 7. Add 5. Subtract 9. Add 14. Subtract 6. What number do you end at?
-
-    7 + 5 = 12
-    12 - 9 = 3
-    3 + 14 = 17
-    17 - 6 = 11
-    The answer is 11.
+The task and an example problem: `cotcredit.bench.organism.task`.
 
 3 to 6 operations, every value in 0..19; a step is right when it applies the problem's next
 operation to the previous step's correct result (`cotcredit.bench.organism.checker`). Since only
