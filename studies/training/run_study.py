@@ -240,12 +240,26 @@ def finished(run: Path, steps: int) -> bool:
     return state.is_file()
 
 
-def heldout(run: Path, regime: str, split: str, seed: int, out: Path) -> dict:
+def heldout(run: Path, regime: str, split: str, seed: int, out: Path, *,
+            problems_file: Path | None = None, max_new_tokens: int | None = None) -> dict:
     """Accuracy of the run's final checkpoint on the split's evaluation problems (200 x 4
-    samples at temperature 1, sampling seed = the run's seed), cached in heldout_<split>.json."""
+    samples at temperature 1, sampling seed = the run's seed), cached in heldout_<split>.json.
+    `problems_file` and `max_new_tokens` default to the regime's file and `MAX_TOKENS`."""
     path = run / f"heldout_{split}.json"
     if path.is_file():
         return json.loads(path.read_text())
+    checkpoint = max(run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    result = {"split": split, "checkpoint": checkpoint.name, **sampled_accuracy(
+        checkpoint, problems_file or problem_files(regime, out / "data")[split], seed,
+        max_new_tokens or MAX_TOKENS[regime])}
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def sampled_accuracy(model_dir: Path, problems_file: Path, seed: int, max_new_tokens: int,
+                     samples: int = 4) -> dict:
+    """The share of `samples` completions per problem (temperature 1, sampling seed `seed`) of
+    the model in `model_dir` that reach each problem's answer."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -255,13 +269,12 @@ def heldout(run: Path, regime: str, split: str, seed: int, out: Path) -> dict:
     from cotcredit.lm.sampling import HFGenerator
     from cotcredit.training.run import prompt_field, prompt_ids
 
-    checkpoint = max(run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
-    problems = load_problems(problem_files(regime, out / "data")[split])
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    problems = load_problems(problems_file)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     prompts = [prompt_ids(tokenizer, prompt_field(p.prompt, True, None, tokenizer))
                for p in problems]
-    options = SamplingOptions(n=4, temperature=1.0, max_new_tokens=MAX_TOKENS[regime],
+    options = SamplingOptions(n=samples, temperature=1.0, max_new_tokens=max_new_tokens,
                               seed=seed).validate()
     start = time.perf_counter()
     with torch.no_grad():
@@ -269,11 +282,8 @@ def heldout(run: Path, regime: str, split: str, seed: int, out: Path) -> dict:
     right = sum(bool(grade_completion(c.text, p.answer).correct)
                 for p, cs in zip(problems, outputs, strict=True) for c in cs)
     total = sum(len(cs) for cs in outputs)
-    result = {"split": split, "checkpoint": checkpoint.name, "accuracy": right / total,
-              "correct": right, "completions": total, "problems": len(problems),
-              "seconds": round(time.perf_counter() - start, 1)}
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    return result
+    return {"accuracy": right / total, "correct": right, "completions": total,
+            "problems": len(problems), "seconds": round(time.perf_counter() - start, 1)}
 
 
 def run_all(out: Path, phase: str, todo, steps: int, worker: int, workers: int) -> None:

@@ -1,0 +1,254 @@
+"""Where does step credit matter for GRPO here? A regime where perfect credit (the checker's
+oracle) clearly beats plain GRPO, every credit source on it, and a confirmatory rerun of
+RREDCoT against GRPO on `unique`.
+
+    python -m studies.training_regime.run_study pilot               # stage 1, then stage 2
+    python -m studies.training_regime.run_study main                # after the power amendment
+    python -m studies.training_regime.run_study confirm             # the confirmatory unique run
+    python -m studies.training_regime.run_study summary pilot|main|confirm
+
+Every run is `cotcredit.train` on a bench regime's checkpoint; the arms of a setup differ only
+in the credit source and form (`setups.ARMS`), the setups only in the regime (`setups.SETUPS`).
+Runs are resumable (a finished run is skipped, a started one continues from its last
+checkpoint, saved every 50 steps) and go seed by seed through the arms, so a study stopped
+early stays balanced. Launch with `OMP_NUM_THREADS=1 nice -n 10`: the 0.8M-parameter models
+gain nothing from more threads. Run folders (`runs/`, `configs/`, `data/`) are not tracked;
+the summaries are.
+
+PROTOCOL (committed before any run it governs; amendments are dated and say what had been seen)
+
+Why: the earlier study (studies/training/) found perfect credit worth only +0.008 [+0.002,
++0.014] online on `unique` (17 seeds) and nothing on `multipath`, too little to tell any credit
+source apart. This study first looks for a regime where the oracle's gain is large, then
+compares the sources there.
+
+Seen before this protocol was written (2026-12-05, 03:30): the earlier study's results; on
+`long`, runs outside this study for timing and sizing only (seed 99 and seed 0, in /tmp, not
+reused): one grpo run of 150 steps (training reward 0.56 over steps 1-25, about 0.76 over
+steps 76-150; 4.7 s a step on the loaded machine, load average 6 on 2 cores), grpo and
+oracle for 10 steps at seed 0 under a 320-token cap (dev accuracy 0.613 and 0.605: ten steps,
+and a cap that cut about half of the completions; this study uses the regime's 384), steps of
+16, 32 and 64 completions (time grows with the batch: no cheaper way to more completions),
+and a few steps of rredcot (50-65 s a step with every completion scored, 10-13x grpo) and
+Monte Carlo (4 rollouts per boundary: 30-73 s a step at every boundary, 50 s at most 8).
+No oracle run longer than 10 steps, no result of any credit source on `long`.
+
+Shared settings (the earlier study's; not tuned): learning rate 1e-4 with TRL's linear decay,
+beta 0, Adam, temperature 1, 150 steps of 16 completions, one segment per reasoning line,
+reweight strength 3 and floor 0, RREDCoT at the method's defaults with R̂ + v̂ (`value: both`,
+exit string "The answer is "), `shuffled` = the oracle's rewards permuted within each
+completion. Completions are capped at the regime's own sampling length (`long` 384 tokens,
+`unique` 64). A run trains on the first 150 x prompts-per-step problems of its setup's train
+file in an order fixed by the seed: every arm of a seed sees the same problems in the same
+order, each once.
+
+Metrics, per run:
+- `online` (primary): the mean training reward over steps 76-150, 1,200 completions of
+  problems the policy has never trained on.
+- `held-out`: accuracy of the final checkpoint on 200 problems x 4 samples (temperature 1,
+  sampling seed = the run's seed) of the setup's dev split in the pilot, of its test split in
+  the main and confirmatory runs (no test split is sampled before those runs).
+- cost: seconds per step (median over steps), the credit's seconds per step, and within each
+  run step / (step - credit), which the machine's load does not move.
+- `start`: the checkpoint's held-out accuracy before training, per setup (dev split, seed 0).
+Every comparison is a paired difference by seed with its 95% t-interval over seeds.
+
+1. PILOT. Candidate setups (what changes against `long`):
+   - `long`: the `long` regime (20-40 steps, one valid path), 2 prompts x 8 completions.
+   - `long-g4`: small groups, 4 prompts x 4 completions (the same 16 a step).
+   - `long-hard`: only problems of 32-40 steps (train, dev and test filtered alike): a lower
+     starting accuracy (a sparser reward) and more steps where one slip is fatal.
+   - `unique-g4`: `unique` (3-6 steps) in groups of 4: small groups without long chains (the
+     earlier study measured `unique` in groups of 8).
+   Not candidates: harmless wrong steps (`forecast`'s check lines) give the oracle nothing to
+   place in a wrong completion that `unique` does not (its first wrong step is in the forward
+   chain); `multipath`, where the oracle did not beat grpo; a higher sampling temperature,
+   which would change the metric itself. Arms: grpo, oracle (reweight), oracle-sr
+   (segment-rewards).
+   Stage 1 (screen): seeds 0 and 1 of every candidate (seed 0 of all four first). A
+   candidate's score is the larger, over the two forms, of the mean oracle - grpo `online`
+   over its two seeds. Chosen: among the candidates scoring at least +0.03, the one whose
+   grpo step is cheapest (median seconds per step: the most main-study seeds per hour); if
+   none scores +0.03, the highest-scoring one.
+   The bar of +0.03 is on `online`, the pilot's development data (training problems the
+   policy has not yet seen; the test split stays untouched); the dev split's held-out
+   accuracy is reported beside it.
+   Stage 2 (estimate): seeds 2-7 of the chosen candidate, same arms. The oracle's gain in
+   each form is the mean oracle - grpo `online` over seeds 2-7 (not the seeds that chose the
+   candidate), with its 95% t-interval. The candidate passes when a form's gain is at least
+   +0.03 with its interval above 0. The main study's form is the one with the larger stage-2
+   gain. If the candidate does not pass, the runner-up of stage 1 gets stage 2 too (once),
+   and the main study takes whichever of the two has the larger stage-2 gain (best form);
+   the report then says that +0.03 was not reached, and the largest gain that was.
+   Reported (pilot_summary.md/.csv): per candidate and stage, oracle - grpo per form, online
+   and dev accuracy, `start`, seconds per step.
+
+2. POWER (an amendment after the pilot, committed before any main run). delta = half the
+   chosen form's stage-2 gain; sigma_U = the one-sided upper 95% confidence bound of the SD
+   of the paired `online` differences oracle - grpo in that form over seeds 0-7 (sigma-hat x
+   sqrt((n-1) / chi2_{0.05, n-1})); n = the fewest seeds for which a two-sided paired t-test
+   at 0.05 has power 0.8 against delta with SD sigma_U (noncentral t,
+   `studies.training.summarize.seeds_for_power`). The amendment also gives the power of the
+   default's rule (two intervals above 0, by simulation), the Monte Carlo configuration (from
+   timings: rollouts per boundary, at most how many boundaries) and the CPU the plan needs.
+   If n seeds of every arm cannot fit the machine, the amendment fixes instead a group-
+   sequential plan: looks after every k seeds up to a maximum, Lan-DeMets O'Brien-Fleming
+   alpha spending at an overall two-sided 0.05 per primary comparison, non-binding futility,
+   and which arms run how far.
+
+3. MAIN (held-out test), on the chosen setup, every credit arm in the chosen form: grpo,
+   oracle, shuffled, rredcot, mc (Monte Carlo) and cheap (the value-tracking source the
+   cost study, studies/value_cost/, recommends as cheapest, through its `cotcredit train`
+   option; if none is recommended when every other arm has finished, Monte Carlo with one
+   rollout per boundary, and the report says so). Seeds 100 to 100+n-1, never used before.
+   Runs go seed by seed through grpo, oracle, shuffled, rredcot, mc; cheap after them.
+   Reported (main_summary.md/.csv): per arm `online` and held-out accuracy; differences
+   against grpo, against shuffled and against the oracle; the share of the oracle's gain
+   recovered, (arm - grpo) / (oracle - grpo), with a percentile bootstrap interval over
+   seeds; seconds per step, x grpo, and the within-run ratio.
+   `train`'s default credit: among the sources a user has without a checker (rredcot, mc,
+   cheap), those whose `online` beats grpo AND beats shuffled (both 95% intervals above 0);
+   of those the cheapest (within-run ratio); if none, `grpo` stays the default.
+
+4. CONFIRMATORY (`unique`, the earlier study's exact settings: 2 prompts x 8, 150 steps).
+   The earlier 17-seed result rredcot - grpo `online` +0.009 [+0.003, +0.015] is a lead
+   found after a cut; this run confirms or refutes it on new seeds. Arms grpo and rredcot
+   (reweight). Seeds 1000-1031, seed by seed. Sized from the earlier 17 seeds: SD of the
+   paired differences 0.0122, its upper 95% bound 0.0173; 80% power against +0.009 (the
+   lead) at two-sided 0.05 takes 31 seeds; 32 for two equal halves. Power against +0.0045
+   (half the lead) is about 0.3: a miss does not exclude a smaller effect.
+   Sequential rule (Haybittle-Peto, one interim look): after seeds 1000-1015 stop and call
+   it confirmed if the two-sided paired t-test gives p < 0.001; stop and call it not
+   confirmed (non-binding futility) if the mean difference is at most 0; otherwise run
+   seeds 1016-1031 and call it confirmed if the 95% t-interval of rredcot - grpo `online`
+   over the 32 seeds lies above 0, not confirmed otherwise. The futility stop costs at most
+   2% power at +0.009. Held-out test accuracy is reported beside it, not decided on.
+   Reported (confirm_summary.md/.csv) either way.
+
+Amendments
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from pathlib import Path
+
+from studies.training_regime.setups import SETUPS, Setup, problem_files, run_config, run_dir
+
+HERE = Path(__file__).resolve().parent
+STEPS = 150
+
+PILOT_SETUPS = ("long", "long-g4", "long-hard", "unique-g4")
+PILOT_ARMS = ("grpo", "oracle", "oracle-sr")
+STAGE1_SEEDS, STAGE2_SEEDS = (0, 1), tuple(range(2, 8))
+CONFIRM_SETUP, CONFIRM_ARMS = "unique", ("grpo", "rredcot")
+CONFIRM_SEEDS = tuple(range(1000, 1032))
+CONFIRM_INTERIM = 16  # seeds at the interim look
+
+
+def finished(run: Path, steps: int) -> bool:
+    """Whether `run` trained `steps` steps (its last checkpoint is at that step)."""
+    return (run / f"checkpoint-{steps}" / "trainer_state.json").is_file()
+
+
+def run_one(out: Path, phase: str, setup: Setup, arm: str, seed: int, steps: int,
+            split: str, tag: str) -> dict:
+    """Train one run (or resume it), then its held-out accuracy on `split`."""
+    from cotcredit.training.run import train
+    from studies.training.run_study import heldout
+
+    run = run_dir(out, phase, setup.name, arm, seed)
+    if not finished(run, steps):
+        config = run_config(out, phase, setup, arm, seed, steps)
+        resume = any(run.glob("checkpoint-*/trainer_state.json"))
+        print(f"{tag}: {'resuming' if resume else 'starting'}", flush=True)
+        start = time.perf_counter()
+        train(config, resume=resume, overwrite=not resume)
+        print(f"{tag}: trained in {time.perf_counter() - start:.0f} s", flush=True)
+        gc.collect()
+    result = heldout(run, setup.regime, split, seed, out,
+                     problems_file=problem_files(setup, out / "data")[split],
+                     max_new_tokens=setup.max_tokens)
+    print(f"{tag}: {split} accuracy {result['accuracy']:.3f}", flush=True)
+    return result
+
+
+def start_accuracy(out: Path, setup: Setup) -> dict:
+    """The setup's checkpoint before training on its dev problems (cached in start.json)."""
+    from cotcredit.bench.regimes import checkpoint
+    from studies.training.run_study import sampled_accuracy
+
+    path = out / "runs" / "start" / f"{setup.name}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    result = sampled_accuracy(checkpoint(setup.regime), problem_files(setup, out / "data")["dev"],
+                              0, setup.max_tokens)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def run_plan(out: Path, phase: str, todo: list[tuple[str, int, str]], steps: int,
+             split: str) -> None:
+    """Run (setup, seed, arm) in order, skipping what is finished."""
+    import torch
+
+    torch.set_num_threads(1)
+    for i, (name, seed, arm) in enumerate(todo):
+        run_one(out, phase, SETUPS[name], arm, seed, steps, split,
+                f"[{phase} {i + 1}/{len(todo)}] {name} {arm} seed {seed}")
+
+
+def pilot(out: Path, steps: int) -> None:
+    """Stage 1 on every candidate, the choice, then stage 2 on the chosen one (and on the
+    runner-up when the chosen one does not pass)."""
+    from studies.training_regime.summarize import pilot_choice, runs_table
+
+    for name in PILOT_SETUPS:
+        print(f"start accuracy {name}: {start_accuracy(out, SETUPS[name])['accuracy']:.3f}")
+    stage1 = [(s, seed, a) for seed in STAGE1_SEEDS for s in PILOT_SETUPS for a in PILOT_ARMS]
+    run_plan(out, "pilot", stage1, steps, "dev")
+    choice = pilot_choice(runs_table(out, "pilot", steps))
+    print(json.dumps(choice, indent=1))
+    for name in choice["stage2_order"]:
+        run_plan(out, "pilot", [(name, seed, a) for seed in STAGE2_SEEDS for a in PILOT_ARMS],
+                 steps, "dev")
+        choice = pilot_choice(runs_table(out, "pilot", steps))
+        if choice["passed"]:
+            break
+    (out / "pilot_choice.json").write_text(json.dumps(choice, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=("pilot", "main", "confirm", "summary"))
+    ap.add_argument("phase", nargs="?", choices=("pilot", "main", "confirm"))
+    ap.add_argument("--out", type=Path, default=HERE)
+    ap.add_argument("--steps", type=int, default=STEPS)
+    args = ap.parse_args(argv)
+    out = args.out.resolve()
+    if args.what == "summary":
+        from studies.training_regime.summarize import summarize
+
+        summarize(out, args.phase or "pilot", steps=args.steps)
+    elif args.what == "pilot":
+        pilot(out, args.steps)
+    elif args.what == "confirm":
+        from studies.training_regime.summarize import confirm_decision, runs_table
+
+        todo = [(CONFIRM_SETUP, s, a) for s in CONFIRM_SEEDS[:CONFIRM_INTERIM]
+                for a in CONFIRM_ARMS]
+        run_plan(out, "confirm", todo, args.steps, "test")
+        decision = confirm_decision(runs_table(out, "confirm", args.steps))
+        if decision["continue"]:
+            run_plan(out, "confirm", [(CONFIRM_SETUP, s, a) for s in CONFIRM_SEEDS
+                                      for a in CONFIRM_ARMS], args.steps, "test")
+    else:
+        raise SystemExit("main: the power amendment fixes its plan first")
+
+
+if __name__ == "__main__":
+    main()

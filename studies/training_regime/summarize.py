@@ -1,0 +1,285 @@
+"""The study's decisions and tables (the protocol is run_study.py's docstring).
+
+- `pilot_choice`: stage 1's scores and choice, stage 2's gains, whether the bar is met.
+- `power_plan`: the main study's seeds from the pilot SD's upper confidence bound.
+- `confirm_decision`: the confirmatory run's sequential rule.
+- `summarize`: `<phase>_runs.csv`, `<phase>_summary.csv|md` and the curves.
+
+The per-run numbers and paired statistics are the earlier study's (`studies.training.summarize`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from cotcredit.training.metrics import mean_interval, plot_seed_curves
+from studies.training.summarize import recovered, run_row, seeds_for_power
+
+BAR = 0.03  # the oracle's gain over grpo the pilot looks for
+FORMS = {"reweight": "oracle", "segment-rewards": "oracle-sr"}
+
+
+def runs_table(out: Path, phase: str, steps: int):
+    """Every finished run of `phase` (one row each: setup in `regime`, arm, seed, online,
+    final, cost; `run_row`)."""
+    import pandas as pd
+
+    split = "dev" if phase == "pilot" else "test"
+    rows = [run_row(run, split, steps)
+            for run in sorted((out / "runs" / phase).glob("*/*-seed*"))
+            if (run / f"checkpoint-{steps}" / "trainer_state.json").is_file()]
+    return pd.DataFrame(rows, columns=None if rows else ["regime", "arm", "seed", "online"])
+
+
+def differences(table, setup: str, arm: str, base: str, seeds, key: str = "online"):
+    """`arm` - `base` in `key` per seed, over the given seeds both arms have (a Series)."""
+    t = table[(table.regime == setup) & table.seed.isin(list(seeds))]
+    a = t[t.arm == arm].set_index("seed")[key]
+    b = t[t.arm == base].set_index("seed")[key]
+    return (a - b).dropna()
+
+
+def _gains(table, setup: str, seeds, key: str = "online") -> dict[str, dict]:
+    out = {}
+    for form, arm in FORMS.items():
+        d = differences(table, setup, arm, "grpo", seeds, key)
+        m, lo, hi = mean_interval(d.tolist())
+        out[form] = {"seeds": len(d), "gain": m, "low": lo, "high": hi}
+    return out
+
+
+def pilot_choice(table, setups=None, stage1=(0, 1), stage2=tuple(range(2, 8))) -> dict:
+    """The pilot's rule (protocol step 1): stage-1 scores, the ranking (candidates scoring at
+    least `BAR`, cheapest grpo step first, then the rest by score), stage-2 gains of the first
+    two, and the chosen setup and form."""
+    from studies.training_regime.run_study import PILOT_SETUPS
+
+    setups = setups or PILOT_SETUPS
+    scores, cost = {}, {}
+    for name in setups:
+        gains = _gains(table, name, stage1)
+        if any(g["seeds"] < len(stage1) for g in gains.values()):
+            return {"complete": False, "stage2_order": [], "passed": False}
+        scores[name] = max(g["gain"] for g in gains.values())
+        grpo = table[(table.regime == name) & (table.arm == "grpo") & table.seed.isin(stage1)]
+        cost[name] = float(grpo.step_seconds.median())
+    passing = sorted((n for n in setups if scores[n] >= BAR), key=lambda n: cost[n])
+    rest = sorted((n for n in setups if scores[n] < BAR), key=lambda n: -scores[n])
+    ranking = passing + rest
+    result = {"complete": True, "stage1_scores": scores, "grpo_step_seconds": cost,
+              "ranking": ranking, "stage2_order": ranking[:2], "stage2": {}}
+    for name in ranking[:2]:
+        gains = _gains(table, name, stage2)
+        if all(g["seeds"] == len(stage2) for g in gains.values()):
+            result["stage2"][name] = gains
+    chosen, form, passed = None, None, False
+    for name, gains in result["stage2"].items():
+        best = max(gains, key=lambda f: (gains[f]["gain"], f == "reweight"))
+        ok = any(g["gain"] >= BAR and g["low"] > 0 for g in gains.values())
+        if chosen is None or (not passed and gains[best]["gain"] >
+                              result["stage2"][chosen][form]["gain"]):
+            chosen, form, passed = name, best, ok
+        if passed:
+            break
+    result.update(chosen=chosen, form=form, passed=passed)
+    return result
+
+
+def sd_upper(sd: float, n: int, level: float = 0.95) -> float:
+    """One-sided upper `level` confidence bound of a normal SD estimated from n values."""
+    from scipy import stats
+
+    return sd * math.sqrt((n - 1) / stats.chi2.ppf(1 - level, n - 1))
+
+
+def power_plan(table, setup: str, form: str, stage2=tuple(range(2, 8)),
+               seeds=tuple(range(8))) -> dict:
+    """Protocol step 2: delta = half the stage-2 gain, sigma_U from seeds 0-7, n seeds."""
+    arm = FORMS[form]
+    gain = float(differences(table, setup, arm, "grpo", stage2).mean())
+    d = differences(table, setup, arm, "grpo", seeds)
+    sd = float(d.std(ddof=1))
+    upper = sd_upper(sd, len(d))
+    return {"setup": setup, "form": form, "gain": gain, "delta": gain / 2, "sd": sd,
+            "sd_seeds": len(d), "sd_upper": upper, "seeds": seeds_for_power(gain / 2, upper),
+            "seeds_at_sd": seeds_for_power(gain / 2, sd)}
+
+
+def rule_power(n: int, delta: float, sd: float, rho: float = 0.5, draws: int = 20000,
+               seed: int = 0) -> float:
+    """Chance that a source `delta` above grpo and above shuffled (shuffled = grpo) gets both
+    95% t-intervals above 0 at n seeds, the two differences' SDs `sd`, correlation `rho`
+    (they share the source's runs). Simulated."""
+    import numpy as np
+    from scipy import stats
+
+    rng = np.random.default_rng(seed)
+    cov = sd ** 2 * np.array([[1, rho], [rho, 1]])
+    x = rng.multivariate_normal([delta, delta], cov, size=(draws, n))
+    m, s = x.mean(axis=1), x.std(axis=1, ddof=1)
+    low = m - stats.t.ppf(0.975, n - 1) * s / math.sqrt(n)
+    return float(((low[:, 0] > 0) & (low[:, 1] > 0)).mean())
+
+
+def confirm_decision(table, arm: str = "rredcot-earlier", seeds=tuple(range(1000, 1032)),
+                     interim: int = 16) -> dict:
+    """Protocol step 4's sequential rule on the seeds finished so far, in order."""
+    from scipy import stats
+
+    d = differences(table, "unique", arm, "grpo", seeds)
+    done = [s for s in seeds if s in d.index]
+    done = done[: next((i for i, s in enumerate(seeds) if s not in d.index), len(seeds))]
+    d = d[done]
+    n = len(d)
+    m, lo, hi = mean_interval(d.tolist())
+    out = {"seeds": n, "mean": m, "low": lo, "high": hi, "continue": False, "verdict": None}
+    if n < interim:
+        out["continue"] = True
+        return out
+    if n < len(seeds):
+        p = float(stats.ttest_1samp(d[: interim], 0).pvalue)
+        out["interim_p"] = p
+        if p < 0.001 and m > 0:
+            out["verdict"] = "confirmed at the interim look"
+        elif m <= 0:
+            out["verdict"] = "not confirmed (futility at the interim look)"
+        else:
+            out["continue"] = True
+        return out
+    out["verdict"] = "confirmed" if lo > 0 else "not confirmed"
+    return out
+
+
+def summary_rows(table, base_arms=("grpo",)) -> list[dict]:
+    """Per setup and arm: seeds, online and held-out means, paired differences against grpo,
+    shuffled and the oracle of the same form, the oracle share recovered, cost."""
+    rows = []
+    for setup, t in table.groupby("regime", sort=False):
+        grpo_seconds = t[t.arm == "grpo"].step_seconds.median()
+        for arm in t.arm.unique():
+            a = t[t.arm == arm]
+            sr = arm.endswith("-sr")
+            row = {"setup": setup, "arm": arm, "seeds": len(a)}
+            for key in ("online", "final"):
+                row[key], row[f"{key}_low"], row[f"{key}_high"] = mean_interval(a[key].tolist())
+                for base in ("grpo", "shuffled-sr" if sr else "shuffled",
+                             "oracle-sr" if sr else "oracle"):
+                    if base == arm or base not in set(t.arm):
+                        continue
+                    d = differences(t, setup, arm, base, a.seed, key)
+                    name = base.removesuffix("-sr")
+                    row[f"{key}_vs_{name}"], row[f"{key}_vs_{name}_low"], \
+                        row[f"{key}_vs_{name}_high"] = mean_interval(d.tolist())
+                    row[f"{key}_vs_{name}_n"] = len(d)
+            oracle = "oracle-sr" if sr else "oracle"
+            if arm not in ("grpo", oracle) and oracle in set(t.arm):
+                row["recovered"], row["recovered_low"], row["recovered_high"] = recovered(
+                    t, arm, oracle, "online")
+            row["step_seconds"] = float(a.step_seconds.median())
+            row["credit_seconds"] = float(a.credit_seconds.median())
+            row["x_grpo"] = row["step_seconds"] / grpo_seconds if grpo_seconds else math.nan
+            row["within_ratio"] = float((a.step_seconds / (a.step_seconds -
+                                                            a.credit_seconds.fillna(0))).mean())
+            rows.append(row)
+    return rows
+
+
+def _ci(row: dict, key: str, digits: int = 3) -> str:
+    m = row.get(key, math.nan)
+    lo, hi = row.get(f"{key}_low", math.nan), row.get(f"{key}_high", math.nan)
+    if m is None or not math.isfinite(m):
+        return "–"
+    sign = "+" if "_vs_" in key or key == "recovered" else ""
+    text = f"{m:{sign}.{digits}f}"
+    if math.isfinite(lo) and math.isfinite(hi):
+        text += f" [{lo:{sign}.{digits}f}, {hi:{sign}.{digits}f}]"
+    return text
+
+
+def summary_markdown(rows: list[dict]) -> str:
+    cols = [("seeds", None), ("online", "online"), ("held-out", "final"),
+            ("online − grpo", "online_vs_grpo"), ("held-out − grpo", "final_vs_grpo"),
+            ("online − shuffled", "online_vs_shuffled"), ("online − oracle", "online_vs_oracle"),
+            ("share of the oracle's gain", "recovered")]
+    out = []
+    for setup in dict.fromkeys(r["setup"] for r in rows):
+        out += [f"### {setup}\n", "| arm | " + " | ".join(c for c, _ in cols) +
+                " | s / step | × grpo | credit s / step | step ÷ (step − credit) |",
+                "|---" * (len(cols) + 5) + "|"]
+        for r in (r for r in rows if r["setup"] == setup):
+            cells = [str(r["seeds"]) if k is None else _ci(r, k, 2 if k == "recovered" else 3)
+                     for _, k in cols]
+            out.append(f"| {r['arm']} | " + " | ".join(cells) +
+                       f" | {r['step_seconds']:.2f} | {r['x_grpo']:.2f} | "
+                       f"{r['credit_seconds']:.2f} | {r['within_ratio']:.2f} |")
+        out.append("")
+    out.append("Means over seeds with 95% t-intervals; differences paired by seed over the seeds "
+               "both arms have; shuffled and oracle: the same form's. Share: (arm − grpo) / "
+               "(oracle − grpo) of the means, percentile bootstrap over seeds. Seconds: medians "
+               "over steps, the median over seeds (the machine's load moves them; the last "
+               "column does not).\n")
+    return "\n".join(out).replace("nan", "–")
+
+
+def pilot_markdown(table, out: Path) -> str:
+    """The pilot table: per candidate and stage, oracle − grpo in both forms."""
+    choice = pilot_choice(table)
+    lines = ["| setup | stage (seeds) | start dev acc. | grpo online | oracle − grpo online "
+             "(reweight) | (segment-rewards) | oracle − grpo dev acc. (reweight) | "
+             "(segment-rewards) | grpo s / step |", "|---" * 9 + "|"]
+    for setup in dict.fromkeys(table.regime):
+        start = out / "runs" / "start" / f"{setup}.json"
+        acc = json.loads(start.read_text())["accuracy"] if start.is_file() else math.nan
+        for stage, seeds in (("1", (0, 1)), ("2", tuple(range(2, 8))), ("all", range(8))):
+            g, dev = _gains(table, setup, seeds), _gains(table, setup, seeds, "final")
+            if not g["reweight"]["seeds"]:
+                continue
+            grpo = table[(table.regime == setup) & (table.arm == "grpo") & table.seed.isin(
+                list(seeds))]
+            cell = _gain_cell
+            lines.append(
+                f"| {setup} | {stage} ({g['reweight']['seeds']}) | {acc:.3f} | "
+                f"{grpo.online.mean():.3f} | {cell(g['reweight'])} | "
+                f"{cell(g['segment-rewards'])} | {cell(dev['reweight'])} | "
+                f"{cell(dev['segment-rewards'])} | {grpo.step_seconds.median():.2f} |")
+    text = "\n".join(lines).replace("nan", "–") + "\n\n"
+    if choice.get("complete"):
+        text += ("Stage 1 scores (the larger form's mean oracle − grpo online, seeds 0-1): " +
+                 ", ".join(f"{k} {v:+.3f}" for k, v in choice["stage1_scores"].items()) +
+                 f". Ranking: {', '.join(choice['ranking'])}. Chosen: {choice['chosen']} "
+                 f"({choice['form']}); bar of +{BAR} with the interval above 0 "
+                 f"{'met' if choice['passed'] else 'not met'}.\n")
+    return text
+
+
+def _gain_cell(g: dict) -> str:
+    return _ci({"x_vs_": g["gain"], "x_vs__low": g["low"], "x_vs__high": g["high"]}, "x_vs_")
+
+
+def summarize(out: Path, phase: str, *, steps: int) -> None:
+    """Write `<phase>_runs.csv`, `<phase>_summary.csv|md` and `<phase>_curves.png`."""
+    import pandas as pd
+
+    table = runs_table(out, phase, steps)
+    if table.empty:
+        print(f"no finished {phase} runs yet")
+        return
+    table.to_csv(out / f"{phase}_runs.csv", index=False)
+    rows = summary_rows(table)
+    pd.DataFrame(rows).to_csv(out / f"{phase}_summary.csv", index=False)
+    text = summary_markdown(rows)
+    if phase == "pilot":
+        text = pilot_markdown(table, out) + "\n" + text
+        choice = pilot_choice(table)
+        (out / "pilot_choice.json").write_text(json.dumps(choice, indent=1) + "\n")
+    if phase == "confirm":
+        text += "\n" + json.dumps(confirm_decision(table), indent=1) + "\n"
+    (out / f"{phase}_summary.md").write_text(text)
+    print(text)
+    for setup, t in table.groupby("regime", sort=False):
+        groups = {arm: [out / "runs" / phase / setup / f"{arm}-seed{s}"
+                        for s in sorted(t[t.arm == arm].seed)] for arm in t.arm.unique()}
+        plot_seed_curves(groups, out / f"{phase}_curves_{setup}.png", window=15,
+                         title=f"{setup}: training reward on unseen problems")

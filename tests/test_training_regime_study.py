@@ -1,0 +1,135 @@
+"""The training-regime study's decision rules (studies/training_regime/): the pilot's choice,
+the power plan's bound, the confirmatory run's sequential rule, and its configs."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import yaml
+
+from studies.training_regime import summarize as S
+from studies.training_regime.setups import SETUPS, _first, run_config
+
+
+def _table(gains: dict[str, tuple[float, float]], seeds=range(8), cost=None, noise=0.0):
+    """Runs of grpo / oracle / oracle-sr per setup: grpo online 0.5, the oracle forms 0.5 plus
+    their gain (reweight, segment-rewards), alternating +-noise by seed."""
+    rows = []
+    for setup, (g_rw, g_sr) in gains.items():
+        for s in seeds:
+            e = noise if s % 2 else -noise
+            for arm, g in (("grpo", 0.0), ("oracle", g_rw), ("oracle-sr", g_sr)):
+                rows.append({"regime": setup, "arm": arm, "seed": s, "online": 0.5 + g + e * (
+                    arm != "grpo"), "final": 0.5, "step_seconds": (cost or {}).get(setup, 1.0),
+                    "credit_seconds": 0.0})
+    return pd.DataFrame(rows)
+
+
+SETS = ("long", "long-g4", "long-hard", "unique-g4")
+
+
+def test_pilot_choice_takes_the_cheapest_candidate_over_the_bar():
+    t = _table({"long": (0.05, 0.0), "long-g4": (0.0, 0.04), "long-hard": (0.08, 0.0),
+                "unique-g4": (0.01, 0.0)}, noise=0.004,
+               cost={"long": 5.0, "long-g4": 4.0, "long-hard": 6.0, "unique-g4": 1.0})
+    choice = S.pilot_choice(t, SETS)
+    assert choice["ranking"] == ["long-g4", "long", "long-hard", "unique-g4"]
+    assert choice["chosen"] == "long-g4" and choice["form"] == "segment-rewards"
+    assert choice["passed"]
+
+
+def test_pilot_choice_without_a_candidate_over_the_bar_takes_the_largest_gain():
+    t = _table({"long": (0.01, 0.0), "long-g4": (0.0, 0.02), "long-hard": (0.015, 0.0),
+                "unique-g4": (0.005, 0.0)}, noise=0.004)
+    choice = S.pilot_choice(t, SETS)
+    assert choice["ranking"][:2] == ["long-g4", "long-hard"]
+    # Neither passes in stage 2: the one with the larger stage-2 gain is kept, not passed.
+    assert choice["chosen"] == "long-g4" and not choice["passed"]
+
+
+def test_pilot_choice_waits_for_stage1_and_uses_only_stage2_seeds_for_the_gain():
+    t = _table({s: (0.05, 0.0) for s in SETS}, seeds=range(2))
+    assert S.pilot_choice(t[t.regime != "long"], SETS)["complete"] is False
+    choice = S.pilot_choice(t, SETS)
+    assert choice["complete"] and choice["chosen"] is None and choice["stage2"] == {}
+    # Stage 2 whose gain falls below the bar: not passed, although stage 1 scored +0.05.
+    t2 = _table({"long": (0.05, 0.0)}, seeds=range(2)).assign(regime="long")
+    late = _table({"long": (0.01, 0.0)}, seeds=range(2, 8), noise=0.002)
+    full = pd.concat([t[t.regime != "long"], t2, late])
+    choice = S.pilot_choice(full, SETS)
+    assert choice["stage2"]["long"]["reweight"]["gain"] == pytest.approx(0.01)
+    assert not choice["passed"]
+
+
+def test_sd_upper_bound_is_the_chi_square_bound():
+    from scipy import stats
+
+    assert S.sd_upper(0.01, 8) == pytest.approx(0.01 * math.sqrt(7 / stats.chi2.ppf(0.05, 7)))
+    assert S.sd_upper(0.01, 8) > S.sd_upper(0.01, 30) > 0.01
+
+
+def test_power_plan_uses_half_the_stage2_gain_and_the_upper_sd():
+    t = _table({"long": (0.04, 0.0)}, noise=0.01)
+    plan = S.power_plan(t, "long", "reweight")
+    assert plan["delta"] == pytest.approx(0.02)
+    assert plan["sd_upper"] > plan["sd"] and plan["seeds"] >= plan["seeds_at_sd"]
+
+
+def test_rule_power_grows_with_the_effect():
+    assert S.rule_power(10, 0.0, 0.01, draws=4000) < 0.02
+    assert S.rule_power(10, 0.03, 0.01, draws=4000) > 0.95
+
+
+def _confirm(diffs):
+    rows = []
+    for i, d in enumerate(diffs):
+        rows.append({"regime": "unique", "arm": "grpo", "seed": 1000 + i, "online": 0.5})
+        rows.append({"regime": "unique", "arm": "rredcot-earlier", "seed": 1000 + i,
+                     "online": 0.5 + d})
+    return pd.DataFrame(rows)
+
+
+def test_confirm_rule_interim_and_final():
+    assert S.confirm_decision(_confirm([0.01] * 10))["continue"]
+    stop = S.confirm_decision(_confirm([-0.01, 0.005] * 8))
+    assert not stop["continue"] and stop["verdict"].startswith("not confirmed (futility")
+    win = S.confirm_decision(_confirm([0.02, 0.021] * 8))
+    assert win["verdict"] == "confirmed at the interim look"
+    go_on = S.confirm_decision(_confirm([0.02, -0.005] * 8))
+    assert go_on["continue"] and go_on["verdict"] is None
+    final = S.confirm_decision(_confirm([0.02, -0.005] * 16))
+    assert final["seeds"] == 32 and final["verdict"] == "confirmed"
+    assert S.confirm_decision(_confirm([0.02, -0.01] * 16))["verdict"] == "not confirmed"
+    # A gap in the seed order: only the seeds before it count.
+    gap = _confirm([0.01] * 20)
+    assert S.confirm_decision(gap[gap.seed != 1003])["seeds"] == 3
+
+
+def test_hard_problems_have_the_minimum_steps():
+    from cotcredit.bench.regimes import get_regime
+
+    problems = _first(get_regime("long"), "dev", 20, 32)
+    assert len(problems) == 20 and all(len(p.meta["steps"]) >= 32 for p in problems)
+    assert [p.id for p in problems] == sorted({p.id for p in problems}, key=[
+        p.id for p in get_regime("long").problems("dev", 500)].index)
+
+
+def test_unique_setup_is_the_earlier_study_config(tmp_path):
+    from studies.training.run_study import run_config as earlier_config
+
+    for arm in ("grpo", "rredcot"):
+        mine = yaml.safe_load(run_config(tmp_path, "p", SETUPS["unique"], arm, 3, 150).read_text())
+        old = yaml.safe_load(earlier_config(tmp_path, "q", "unique", arm, 3, 150).read_text())
+        for cfg in (mine, old):
+            for key in ("model", "train_file", "output_dir"):
+                cfg.pop(key)
+            cfg["credit"].setdefault("form", "reweight")
+        assert mine == old
+    long_g4 = yaml.safe_load(run_config(tmp_path, "p", SETUPS["long-g4"], "mc-sr", 0,
+                                        150).read_text())
+    assert long_g4["grpo"]["num_generations"] == 4
+    assert long_g4["grpo"]["per_device_train_batch_size"] == 16
+    assert long_g4["grpo"]["max_completion_length"] == 384
+    assert long_g4["credit"]["form"] == "segment-rewards" and long_g4["mc"]["rollouts"] >= 1
