@@ -126,6 +126,16 @@ Every comparison is a paired difference by seed with its 95% t-interval over see
    Reported (confirm_summary.md/.csv) either way.
 
 Amendments
+
+Amendment 1 (2026-12-05 04:00, before any confirmatory run; seen: the four setups' start
+accuracies, no pilot result). The confirmatory `rredcot` arm is `rredcot-earlier`: RREDCoT as
+the earlier study ran it, v̂ over the one reference solution, steps covered by position, the
+empty part kept (`references: solution, solution_part: remaining, empty_part: keep`). The
+lead came from seeds 0-7, run before v̂'s default became every known path matched by content
+(2026-12-04 03:25), and seeds 8-16, whose code the history does not pin; a confirmation tests
+the treatment that produced the lead. The committed runner listed the current default
+(`rredcot`) while the committed rule read `rredcot-earlier`: the two now agree. The main
+study's `rredcot` stays the current default.
 """
 
 from __future__ import annotations
@@ -144,7 +154,7 @@ STEPS = 150
 PILOT_SETUPS = ("long", "long-g4", "long-hard", "unique-g4")
 PILOT_ARMS = ("grpo", "oracle", "oracle-sr")
 STAGE1_SEEDS, STAGE2_SEEDS = (0, 1), tuple(range(2, 8))
-CONFIRM_SETUP, CONFIRM_ARMS = "unique", ("grpo", "rredcot")
+CONFIRM_SETUP, CONFIRM_ARMS = "unique", ("grpo", "rredcot-earlier")
 CONFIRM_SEEDS = tuple(range(1000, 1032))
 CONFIRM_INTERIM = 16  # seeds at the interim look
 
@@ -222,9 +232,32 @@ def pilot(out: Path, steps: int) -> None:
     (out / "pilot_choice.json").write_text(json.dumps(choice, indent=1) + "\n")
 
 
+def power(out: Path, steps: int) -> dict:
+    """Protocol step 2 from the pilot's runs: the seeds for half the oracle's gain at the
+    pilot SD's upper bound, and the default rule's power there (printed, not decided on)."""
+    from studies.training_regime.summarize import pilot_choice, power_plan, rule_power, runs_table
+
+    table = runs_table(out, "pilot", steps)
+    choice = pilot_choice(table)
+    plan = power_plan(table, choice["chosen"], choice["form"])
+    for n in sorted({plan["seeds"], 8, 12, 16, 24}):
+        plan[f"rule_power_{n}"] = rule_power(n, plan["delta"], plan["sd_upper"])
+    print(json.dumps(plan, indent=1))
+    return plan
+
+
+def main_study(out: Path, steps: int) -> None:
+    """The main runs as main_plan.json (the power amendment's) lists them: seed by seed through
+    its arms, then its `last` arms seed by seed."""
+    plan = json.loads((out / "main_plan.json").read_text())
+    first = [(plan["setup"], s, a) for s in plan["seeds"] for a in plan["arms"]]
+    last = [(plan["setup"], s, a) for s in plan["seeds"] for a in plan.get("last", [])]
+    run_plan(out, "main", first + last, steps, "test")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("pilot", "main", "confirm", "summary"))
+    ap.add_argument("what", choices=("pilot", "power", "main", "confirm", "summary"))
     ap.add_argument("phase", nargs="?", choices=("pilot", "main", "confirm"))
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--steps", type=int, default=STEPS)
@@ -236,7 +269,11 @@ def main(argv: list[str] | None = None) -> None:
         summarize(out, args.phase or "pilot", steps=args.steps)
     elif args.what == "pilot":
         pilot(out, args.steps)
-    elif args.what == "confirm":
+    elif args.what == "power":
+        power(out, args.steps)
+    elif args.what == "main":
+        main_study(out, args.steps)
+    else:
         from studies.training_regime.summarize import confirm_decision, runs_table
 
         todo = [(CONFIRM_SETUP, s, a) for s in CONFIRM_SEEDS[:CONFIRM_INTERIM]
@@ -246,8 +283,6 @@ def main(argv: list[str] | None = None) -> None:
         if decision["continue"]:
             run_plan(out, "confirm", [(CONFIRM_SETUP, s, a) for s in CONFIRM_SEEDS
                                       for a in CONFIRM_ARMS], args.steps, "test")
-    else:
-        raise SystemExit("main: the power amendment fixes its plan first")
 
 
 if __name__ == "__main__":
