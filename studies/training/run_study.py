@@ -257,9 +257,10 @@ def heldout(run: Path, regime: str, split: str, seed: int, out: Path, *,
 
 
 def sampled_accuracy(model_dir: Path, problems_file: Path, seed: int, max_new_tokens: int,
-                     samples: int = 4) -> dict:
+                     samples: int = 4, by_problem: bool = False) -> dict:
     """The share of `samples` completions per problem (temperature 1, sampling seed `seed`) of
-    the model in `model_dir` that reach each problem's answer."""
+    the model in `model_dir` that reach each problem's answer; with `by_problem`, also each
+    problem's count of correct completions (`per_problem`, in the file's order)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -279,11 +280,12 @@ def sampled_accuracy(model_dir: Path, problems_file: Path, seed: int, max_new_to
     start = time.perf_counter()
     with torch.no_grad():
         outputs = HFGenerator(model, tokenizer).generate(prompts, options)
-    right = sum(bool(grade_completion(c.text, p.answer).correct)
-                for p, cs in zip(problems, outputs, strict=True) for c in cs)
-    total = sum(len(cs) for cs in outputs)
+    per_problem = [sum(bool(grade_completion(c.text, p.answer).correct) for c in cs)
+                   for p, cs in zip(problems, outputs, strict=True)]
+    right, total = sum(per_problem), sum(len(cs) for cs in outputs)
     return {"accuracy": right / total, "correct": right, "completions": total,
-            "problems": len(problems), "seconds": round(time.perf_counter() - start, 1)}
+            "problems": len(problems), "seconds": round(time.perf_counter() - start, 1),
+            **({"per_problem": per_problem} if by_problem else {})}
 
 
 def run_all(out: Path, phase: str, todo, steps: int, worker: int, workers: int) -> None:

@@ -136,6 +136,60 @@ lead came from seeds 0-7, run before v̂'s default became every known path match
 the treatment that produced the lead. The committed runner listed the current default
 (`rredcot`) while the committed rule read `rredcot-earlier`: the two now agree. The main
 study's `rredcot` stays the current default.
+
+Amendment 2 (2026-12-05 06:20, before any summary of the pilot's results is committed). The
+plan stops after part of stage 1 this round; nothing is chosen.
+Seen: the start dev accuracies (long and long-g4 0.679, long-hard 0.716, unique-g4 0.529);
+the dev accuracy the runner printed for each finished seed-0 run: long grpo 0.706, oracle
+0.667, oracle-sr 0.741; long-g4 grpo 0.710, oracle 0.748, oracle-sr 0.684 (oracle - grpo:
+long -0.039 reweight, +0.035 segment-rewards; long-g4 +0.038, -0.026); the training reward
+of each step in the runner's log, never averaged (no `online` mean had been computed); the
+seconds per step. long-hard grpo seed 0 stopped at step 113 (checkpoint 100 kept, no dev
+accuracy); unique-g4 has no run. Stage 1 has 6 of its 24 runs.
+Why it stops: compute. A `long` run took 20-24 minutes of one core (training 17-21 min at a
+median 6.5-8.6 s a step, the dev evaluation 2-3.5 min), with the machine's 2 cores shared;
+the rest of this round's cores belong to the benchmark and the value-cost study, and no GPU
+is lent. So no candidate is chosen (the stage-1 rule reads the `online` mean of seeds 0 and
+1 of every candidate and is not applied to less), and no stage 2, power amendment, main run
+or confirmatory run was made; `train`'s default credit stays `grpo`.
+Reported now (pilot_summary.md, labelled interim, nothing decided on it): per candidate with
+runs, oracle - grpo and oracle-sr - grpo at seed 0 on `online` and on dev accuracy, each with
+a 95% interval from a paired bootstrap within the seed (10,000 resamples, percentile, numpy
+seed 0): dev over the 200 dev problems, a problem's 4 samples together, from each run's
+correct count per problem, which the stored evaluation did not keep and which is recomputed
+by redoing it (`run_study outcomes pilot`: same checkpoint, problems and sampling seed; a
+redo whose total differs from the stored one is reported as such and gets no interval);
+`online` over the 75 steps 76-150 (every arm of a seed draws the same problems at each step,
+so a step pairs its problems, with all their completions, across arms). These intervals
+cover problems and samples within one training run, not the variation between training
+seeds, which a single seed cannot estimate. long-hard grpo: its training reward over steps
+1-10 and 76-113, no difference.
+Next round, in order (every command resumes; `OMP_NUM_THREADS=1 nice -n 10 python -m
+studies.training_regime.run_study ...`):
+  a. `pilot`: resumes long-hard grpo seed 0 at step 100, finishes stage 1 (seed 0: long-hard
+     oracle and oracle-sr, unique-g4's three arms; seed 1: all 12 runs), applies the stage-1
+     rule, runs stage 2 (seeds 2-7) of the chosen candidate, and of the runner-up if the
+     chosen one does not pass. CPU: stage 1's rest (17 runs and 50 steps) about 4.5
+     core-hours (a `long`-family run 0.35-0.42 h, a unique-g4 run about 2 min); stage 2, 18
+     runs, about 7
+     core-hours on a `long` candidate (0.6 on unique-g4), twice that with the runner-up; the
+     pilot in all 5-19 core-hours.
+  b. `summary pilot`, then `power`: amendment 3 (the power plan and main_plan.json)
+     committed before `main`.
+  c. `main`: on a `long` candidate about 7-10 core-hours a seed (grpo, oracle, shuffled 0.4 h
+     each; rredcot 2-4 h at 10-13x grpo's step; mc 2-3.5 h; cheap about 1 h); at 16 seeds
+     110-160 core-hours, 2-3 days of both cores. On unique-g4 about 0.3 core-hours a seed.
+  d. `confirm` (independent of the pilot; may run on the second core beside a-c): seeds
+     1000-1015 of grpo and rredcot-earlier to the interim look, 1016-1031 if it continues;
+     about 2 min a run on `unique`, about 1.1 core-hours to the interim look, 2.2 at most.
+  GPU alternative: none of these runs has been timed on a GPU. The models have 0.8M
+  parameters, so a step is mostly 384 sequential decoding steps, which a GPU barely speeds;
+  RREDCoT's and Monte Carlo's batched scoring gain the most. The lent GPU machines have 16
+  cores: there the plan is the same runs split over 14-16 one-thread processes (the earlier
+  study's `--worker i --workers k` split, not yet in this runner), rredcot and mc on the GPU,
+  after a 10-step timing of grpo, rredcot and mc on `long` (under 10 minutes). The arms of a
+  comparison run on the same kind of machine. A task's lent device time (15 minutes) holds
+  that timing, not the study.
 """
 
 from __future__ import annotations
@@ -246,6 +300,32 @@ def power(out: Path, steps: int) -> dict:
     return plan
 
 
+def problem_outcomes(out: Path, phase: str) -> None:
+    """Each evaluated run's held-out correct count per problem, in heldout_<split>_problems.json:
+    the evaluation of heldout_<split>.json redone (same checkpoint, problems, seed), its total
+    checked against the stored one (amendment 2: the paired bootstrap over problems)."""
+    import torch
+
+    from studies.training.run_study import sampled_accuracy
+
+    torch.set_num_threads(1)
+    split = "dev" if phase == "pilot" else "test"
+    for held in sorted((out / "runs" / phase).glob(f"*/*-seed*/heldout_{split}.json")):
+        run, stored = held.parent, json.loads(held.read_text())
+        path = run / f"heldout_{split}_problems.json"
+        if path.is_file():
+            continue
+        setup, seed = SETUPS[run.parent.name], int(run.name.rsplit("-seed", 1)[1])
+        result = sampled_accuracy(run / stored["checkpoint"],
+                                  problem_files(setup, out / "data")[split], seed,
+                                  setup.max_tokens, by_problem=True)
+        result.update(checkpoint=stored["checkpoint"],
+                      reproduces=result["correct"] == stored["correct"])
+        path.write_text(json.dumps(result) + "\n")
+        print(f"{run.parent.name} {run.name}: {result['correct']} correct, stored "
+              f"{stored['correct']}", flush=True)
+
+
 def main_study(out: Path, steps: int) -> None:
     """The main runs as main_plan.json (the power amendment's) lists them: seed by seed through
     its arms, then its `last` arms seed by seed."""
@@ -257,7 +337,8 @@ def main_study(out: Path, steps: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("pilot", "power", "main", "confirm", "summary"))
+    ap.add_argument("what", choices=("pilot", "power", "main", "confirm", "summary",
+                                     "outcomes"))
     ap.add_argument("phase", nargs="?", choices=("pilot", "main", "confirm"))
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--steps", type=int, default=STEPS)
@@ -267,6 +348,8 @@ def main(argv: list[str] | None = None) -> None:
         from studies.training_regime.summarize import summarize
 
         summarize(out, args.phase or "pilot", steps=args.steps)
+    elif args.what == "outcomes":
+        problem_outcomes(out, args.phase or "pilot")
     elif args.what == "pilot":
         pilot(out, args.steps)
     elif args.what == "power":
