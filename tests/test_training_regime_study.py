@@ -3,6 +3,7 @@ the power plan's bound, the confirmatory run's sequential rule, and its configs.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -133,3 +134,119 @@ def test_unique_setup_is_the_earlier_study_config(tmp_path):
     assert long_g4["grpo"]["per_device_train_batch_size"] == 16
     assert long_g4["grpo"]["max_completion_length"] == 384
     assert long_g4["credit"]["form"] == "segment-rewards" and long_g4["mc"]["rollouts"] >= 1
+
+
+def _fake_run(root, setup, arm, seed, rewards, per_problem, samples=4, steps=150,
+              reproduces=True, redo=True):
+    """A run folder as the runner leaves it: metrics.jsonl, the final checkpoint's
+    trainer_state.json (when it reached `steps`), heldout_dev.json and its per-problem redo."""
+    run = root / "runs" / "pilot" / setup / f"{arm}-seed{seed}"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": i + 1, "reward": r, "step_seconds": 1.0}) + "\n"
+        for i, r in enumerate(rewards)))
+    if len(rewards) >= steps:
+        (run / f"checkpoint-{steps}").mkdir()
+        (run / f"checkpoint-{steps}" / "trainer_state.json").write_text("{}")
+        correct = int(sum(per_problem))
+        n = len(per_problem) * samples
+        held = {"split": "dev", "checkpoint": f"checkpoint-{steps}", "accuracy": correct / n,
+                "correct": correct, "completions": n, "problems": len(per_problem)}
+        (run / "heldout_dev.json").write_text(json.dumps(held))
+        if redo:
+            (run / "heldout_dev_problems.json").write_text(json.dumps(
+                {**held, "per_problem": [int(c) for c in per_problem],
+                 "reproduces": reproduces}))
+    return run
+
+
+def _pilot_folder(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    runs = {}
+    for setup, seed in (("long", 0), ("long-g4", 0)):
+        for arm in ("grpo", "oracle", "oracle-sr"):
+            rewards = rng.integers(0, 17, 150) / 16
+            problems = rng.integers(0, 5, 30)
+            runs[setup, arm] = (rewards, problems)
+            _fake_run(tmp_path, setup, arm, seed, rewards, problems,
+                      reproduces=(setup, arm) != ("long-g4", "oracle-sr"))
+    _fake_run(tmp_path, "long-hard", "grpo", 0, rng.integers(0, 17, 113) / 16, [])
+    (tmp_path / "runs" / "start").mkdir(parents=True)
+    (tmp_path / "runs" / "start" / "long.json").write_text(json.dumps({"accuracy": 0.679}))
+    return runs
+
+
+def test_interim_table_equals_the_direct_differences(tmp_path):
+    """The interim pilot table's oracle − grpo, online and dev, equals the difference computed
+    straight from the runs' files; its intervals are the paired bootstrap of those units."""
+    from cotcredit.report.bootstrap import mean_interval as bootstrap_interval
+    from studies.training_regime import interim
+
+    runs = _pilot_folder(tmp_path)
+    table = S.runs_table(tmp_path, "pilot", 150)
+    units = interim.units_table(tmp_path, "pilot", 150)
+    rows = {r["setup"]: r for r in interim.interim_rows(table, units, S.FORMS)}
+    assert set(rows) == {"long", "long-g4"}  # long-hard stopped early
+    for setup, row in rows.items():
+        for form, arm in S.FORMS.items():
+            (ra, pa), (rg, pg) = runs[setup, arm], runs[setup, "grpo"]
+            online = ra[75:].mean() - rg[75:].mean()
+            assert row[f"online_{form}"] == pytest.approx(online, abs=1e-12)
+            dev = (pa.sum() - pg.sum()) / (4 * len(pa))
+            assert row[f"final_{form}"] == pytest.approx(dev, abs=1e-12)
+            assert (row[f"online_{form}_low"], row[f"online_{form}_high"]) == pytest.approx(
+                bootstrap_interval(ra[75:] - rg[75:], 10_000, 0)[1:])
+            assert row[f"online_{form}_units"] == 75
+            if (setup, arm) == ("long-g4", "oracle-sr"):  # its redo differs from the stored
+                assert math.isnan(row[f"final_{form}_low"])
+                continue
+            lo, hi = row[f"final_{form}_low"], row[f"final_{form}_high"]
+            assert (lo, hi) == pytest.approx(bootstrap_interval((pa - pg) / 4, 10_000, 0)[1:])
+            assert lo <= dev <= hi and row[f"final_{form}_units"] == 30
+    # The partial run: its reward so far, over steps 1-10 and 76-113.
+    [part] = interim.partial_runs(tmp_path, "pilot", 150)
+    metrics = tmp_path / "runs" / "pilot" / "long-hard" / "grpo-seed0" / "metrics.jsonl"
+    rewards = [json.loads(line)["reward"] for line in metrics.read_text().splitlines()]
+    assert part["steps"] == 113
+    assert part["first_steps"] == pytest.approx(sum(rewards[:10]) / 10)
+    assert part["online"] == pytest.approx(sum(rewards[75:]) / len(rewards[75:]))
+
+
+def test_pilot_summary_before_stage1_completes(tmp_path):
+    _pilot_folder(tmp_path)
+    S.summarize(tmp_path, "pilot", steps=150)
+    text = (tmp_path / "pilot_summary.md").read_text()
+    assert text.startswith("## Interim: stage 1 incomplete, nothing chosen")
+    assert "(no interval)" in text and "Stopped early: long-hard grpo seed 0 at step 113" in text
+    units = pd.read_csv(tmp_path / "pilot_units.csv")
+    assert len(units) == 6 * 75 + 5 * 30  # one run's redo is left out
+    assert not json.loads((tmp_path / "pilot_choice.json").read_text())["complete"]
+
+
+def test_problem_outcomes_redo_and_check(tmp_path, monkeypatch):
+    """`run_study outcomes` redoes each stored evaluation once, keeps each problem's count and
+    says whether the total is the stored one."""
+    import studies.training.run_study as earlier
+    from studies.training_regime import run_study
+
+    _fake_run(tmp_path, "long", "grpo", 0, [0.5] * 150, [1, 2], redo=False)
+    _fake_run(tmp_path, "long", "oracle", 0, [0.5] * 150, [3, 4], redo=False)
+    calls = []
+
+    def fake(model_dir, problems_file, seed, max_new_tokens, samples=4, by_problem=False):
+        calls.append((model_dir.parent.name, seed, max_new_tokens, by_problem))
+        return {"accuracy": 3 / 8, "correct": 3, "completions": 8, "problems": 2,
+                "per_problem": [1, 2]}
+
+    monkeypatch.setattr(earlier, "sampled_accuracy", fake)
+    monkeypatch.setattr(run_study, "problem_files", lambda setup, data: {"dev": data / "dev"})
+    run_study.problem_outcomes(tmp_path, "pilot")
+    run_study.problem_outcomes(tmp_path, "pilot")  # done once only
+    assert calls == [("grpo-seed0", 0, 384, True), ("oracle-seed0", 0, 384, True)]
+    pilot = tmp_path / "runs" / "pilot" / "long"
+    grpo = json.loads((pilot / "grpo-seed0" / "heldout_dev_problems.json").read_text())
+    oracle = json.loads((pilot / "oracle-seed0" / "heldout_dev_problems.json").read_text())
+    assert grpo["reproduces"] and grpo["per_problem"] == [1, 2]
+    assert not oracle["reproduces"]

@@ -3,7 +3,10 @@
 - `pilot_choice`: stage 1's scores and choice, stage 2's gains, whether the bar is met.
 - `power_plan`: the main study's seeds from the pilot SD's upper confidence bound.
 - `confirm_decision`: the confirmatory run's sequential rule.
-- `summarize`: `<phase>_runs.csv`, `<phase>_summary.csv|md` and the curves.
+- `summarize`: `<phase>_runs.csv`, `<phase>_summary.csv|md` and the curves; for a pilot whose
+  stage 1 is incomplete, first the within-seed table (`interim.py`, amendment 2) and
+  `pilot_units.csv`, the per-step rewards and per-problem dev scores its intervals resample.
+  Tracked: the CSV and Markdown files; not the curves, nor `runs/` (checkpoints).
 
 The per-run numbers and paired statistics are the earlier study's (`studies.training.summarize`).
 """
@@ -16,6 +19,12 @@ from pathlib import Path
 
 from cotcredit.training.metrics import mean_interval, plot_seed_curves
 from studies.training.summarize import recovered, run_row, seeds_for_power
+from studies.training_regime.interim import (
+    interim_markdown,
+    interim_rows,
+    partial_runs,
+    units_table,
+)
 
 BAR = 0.03  # the oracle's gain over grpo the pilot looks for
 FORMS = {"reweight": "oracle", "segment-rewards": "oracle-sr"}
@@ -223,15 +232,21 @@ def summary_markdown(rows: list[dict]) -> str:
     return "\n".join(out).replace("nan", "–")
 
 
+def start_accuracies(out: Path) -> dict[str, float]:
+    """Each setup's dev accuracy before training (runs/start/<setup>.json)."""
+    return {p.stem: json.loads(p.read_text())["accuracy"]
+            for p in sorted((out / "runs" / "start").glob("*.json"))}
+
+
 def pilot_markdown(table, out: Path) -> str:
     """The pilot table: per candidate and stage, oracle − grpo in both forms."""
     choice = pilot_choice(table)
+    start = start_accuracies(out)
     lines = ["| setup | stage (seeds) | start dev acc. | grpo online | oracle − grpo online "
              "(reweight) | (segment-rewards) | oracle − grpo dev acc. (reweight) | "
              "(segment-rewards) | grpo s / step |", "|---" * 9 + "|"]
     for setup in dict.fromkeys(table.regime):
-        start = out / "runs" / "start" / f"{setup}.json"
-        acc = json.loads(start.read_text())["accuracy"] if start.is_file() else math.nan
+        acc = start.get(setup, math.nan)
         for stage, seeds in (("1", (0, 1)), ("2", tuple(range(2, 8))), ("all", range(8))):
             g, dev = _gains(table, setup, seeds), _gains(table, setup, seeds, "final")
             if not g["reweight"]["seeds"]:
@@ -258,6 +273,17 @@ def _gain_cell(g: dict) -> str:
     return _ci({"x_vs_": g["gain"], "x_vs__low": g["low"], "x_vs__high": g["high"]}, "x_vs_")
 
 
+def interim_pilot(out: Path, table, steps: int) -> str:
+    """Before stage 1 is complete (amendment 2): the within-seed table, from `pilot_units.csv`
+    (written here: the units the intervals resample)."""
+    units = units_table(out, "pilot", steps)
+    units.to_csv(out / "pilot_units.csv", index=False)
+    rows = interim_rows(table, units, FORMS)
+    return ("## Interim: stage 1 incomplete, nothing chosen\n\n" + interim_markdown(
+        rows, partial_runs(out, "pilot", steps), start_accuracies(out), steps) +
+        "\n## The protocol's tables (stage 1 so far)\n\n")
+
+
 def summarize(out: Path, phase: str, *, steps: int) -> None:
     """Write `<phase>_runs.csv`, `<phase>_summary.csv|md` and `<phase>_curves.png`."""
     import pandas as pd
@@ -273,6 +299,8 @@ def summarize(out: Path, phase: str, *, steps: int) -> None:
     if phase == "pilot":
         text = pilot_markdown(table, out) + "\n" + text
         choice = pilot_choice(table)
+        if not choice["complete"]:
+            text = interim_pilot(out, table, steps) + "\n" + text
         (out / "pilot_choice.json").write_text(json.dumps(choice, indent=1) + "\n")
     if phase == "confirm":
         text += "\n" + json.dumps(confirm_decision(table), indent=1) + "\n"
