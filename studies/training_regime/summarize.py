@@ -17,7 +17,7 @@ import json
 import math
 from pathlib import Path
 
-from cotcredit.training.metrics import mean_interval, plot_seed_curves
+from studies.seed_runs import mean_interval, plot_seed_curves
 from studies.training.summarize import recovered, run_row, seeds_for_power
 from studies.training_regime.interim import (
     interim_markdown,
