@@ -474,9 +474,8 @@ def test_a_train_config_and_the_verl_section_take_the_value_options(tmp_path):
 
 
 def test_the_bench_rows_keep_the_estimator_they_name(tmp_path):
-    """The bench's `rredcot` row is the one-reference estimator its checked-in tables hold; the
-    default v̂ is a row through a config; options a config gives a default row go on top of its
-    own."""
+    """The bench's `rredcot` row is the method's default; `rredcot-one-reference` the earlier
+    one-reference estimator; options a config gives a default row go on top of its own."""
     import dataclasses
 
     from cotcredit.bench.variants import KNOWN_PATHS, method_runs, read_variants, regime_options
@@ -486,17 +485,18 @@ def test_the_bench_rows_keep_the_estimator_they_name(tmp_path):
         return regime_options(run, "The answer is ", {}, 0, 0)
 
     variants = read_variants(None)
-    earlier = built(variants, "rredcot")
+    earlier = built(variants, "rredcot-one-reference")
     assert (earlier.value, earlier.references, earlier.solution_part, earlier.empty_part) == (
         "both", *ONE_REFERENCE.values())
     assert built(variants, "rredcot-rhat").value == "rhat"
-    known = built(variants, "rredcot-siblings")  # the method's default, built in
+    known = built(variants, "rredcot")  # the method's default, named in full
     assert known == dataclasses.replace(RredcotOptions(), forcing=known.forcing)
     config = tmp_path / "variants.yaml"
-    config.write_text("rredcot: {length_norm: true}\nrredcot-siblings: {method: rredcot}\n")
+    config.write_text("rredcot-one-reference: {length_norm: true}\nrredcot: {method: rredcot}\n")
     variants = read_variants(config)
-    assert built(variants, "rredcot") == dataclasses.replace(earlier, length_norm=True)
-    default = built(variants, "rredcot-siblings")
+    assert built(variants, "rredcot-one-reference") == dataclasses.replace(earlier,
+                                                                           length_norm=True)
+    default = built(variants, "rredcot")
     assert default == dataclasses.replace(RredcotOptions(), forcing=default.forcing)
     assert {k: getattr(default, k) for k in KNOWN_PATHS} == KNOWN_PATHS
 

@@ -57,6 +57,7 @@ SIZES: dict[str, dict[str, BenchSize]] = {
         "forecast": BenchSize(problems=6, samples=2, rollouts=8, n_boot=200, splits=4),
         "long": BenchSize(problems=3, samples=2, rollouts=4, n_boot=200, splits=4,
                           caps={"test": {REFERENCE: 3}, "dev": {REFERENCE: 3}}),
+        "groups": BenchSize(problems=2, samples=8, rollouts=4, n_boot=200, splits=4),
         "hops": BenchSize(problems=2, samples=1, rollouts=2, dev_problems=1, n_boot=200,
                           splits=2, caps={"test": {REFERENCE: 1}, "dev": {REFERENCE: 0}}),
     },
@@ -69,6 +70,8 @@ SIZES: dict[str, dict[str, BenchSize]] = {
         "forecast": BenchSize(problems=150, samples=4, rollouts=32, caps=caps(dev_mc=120)),
         "long": BenchSize(problems=50, samples=4, rollouts=32, dev_problems=25,
                           caps=caps(dev_mc=60)),
+        "groups": BenchSize(problems=60, samples=8, rollouts=32, dev_problems=30,
+                            caps=caps(dev_mc=120)),
         # hops on SmolLM2 is the expensive part: dev runs only what the choice of the best
         # baseline needs and R̂ + v̂ / R̂ (the value-estimate study reads them)
         "hops": BenchSize(problems=240, samples=1, rollouts=8, dev_problems=60,

@@ -50,6 +50,7 @@ TRACE_SETS: dict[str, dict[str, tuple[int, int]]] = {
     "multipath": {"dev": (150, 4), "test": (150, 4)},
     "forecast": {"dev": (400, 4), "test": (400, 4)},
     "long": {"dev": (100, 4), "test": (100, 4)},
+    "groups": {"dev": (30, 8), "test": (60, 8)},
     "hops": {"dev": (200, 1), "test": (240, 1)},
 }
 # Small labelled sets shipped in the package for quick runs where sampling is slow.

@@ -9,11 +9,10 @@ side on the leaderboard. Variants come from a YAML/TOML/JSON file (``--config``)
     loo: {baseline_text: "..."}                          # a registered method's own options
 
 ``DEFAULT_VARIANTS`` are always known, each with its value options in full so that a row
-computes the same estimator whatever the method's defaults are: ``rredcot``, R̂ + v̂ with v̂
-over the one reference's remaining steps (the estimator the benchmark protocol names
-``rredcot`` and its checked-in tables hold; no longer the method's default); ``rredcot-rhat``,
-R̂ alone; and ``rredcot-siblings``, the method's default v̂ (every known path matched by
-content, the last boundary counted once; chosen in studies/value/). Every
+computes the same estimator whatever the method's defaults are: ``rredcot``, RREDCoT's default
+(R̂ + v̂ over every known path, matched by content, the last boundary counted once; chosen in
+studies/value/); ``rredcot-one-reference``, R̂ + v̂ over the one reference's remaining steps (the
+earlier default); and ``rredcot-rhat``, R̂ alone. Every
 registered method (``cotcredit.methods.registry``: the package's and those registered by entry
 point) is benchmarked by name with nothing else to add. Per regime, the answer-forcing exit
 string of every method that forces an answer is the regime's (unless the options set one), and
@@ -38,12 +37,14 @@ ONE_REFERENCE: dict[str, Any] = {"references": "solution", "solution_part": "rem
 #: RREDCoT's default v̂: every known path, matched by content, the empty part dropped.
 KNOWN_PATHS: dict[str, Any] = {"references": "siblings", "solution_part": "matched",
                                "empty_part": "drop"}
-#: Variants every bench knows.
+#: Variants every bench knows: the row ``rredcot`` is the method's default, named in full.
 DEFAULT_VARIANTS: dict[str, dict[str, Any]] = {
-    "rredcot": {"method": "rredcot", "value": "both", **ONE_REFERENCE},
+    "rredcot": {"method": "rredcot", "value": "both", **KNOWN_PATHS},
+    "rredcot-one-reference": {"method": "rredcot", "value": "both", **ONE_REFERENCE},
     "rredcot-rhat": {"method": "rredcot", "value": "rhat"},
-    "rredcot-siblings": {"method": "rredcot", "value": "both", **KNOWN_PATHS},
 }
+#: Row labels of the runs made before the rename (their tables) -> the labels of today.
+RENAMED = {"rredcot": "rredcot-one-reference", "rredcot-siblings": "rredcot"}
 #: The Monte Carlo method, the reference of MC tracking.
 REFERENCE = "mc"
 
@@ -91,7 +92,8 @@ def read_variants(config: str | Path | None) -> dict[str, dict[str, Any]]:
         return found
     for label, opts in read_config(Path(config)).items():
         label = str(label)
-        method = str(opts.get("method", label))
+        # a known variant's own method unless the config names another
+        method = str(opts.get("method", found.get(label, {}).get("method", label)))
         if method not in registry():
             raise UserError(f"{config}: {label}: unknown method {method!r} (known: "
                             f"{', '.join(registry())})")

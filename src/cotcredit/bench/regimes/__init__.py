@@ -5,6 +5,8 @@
 - `forecast`: the answer is fixed before the last lines (R̂ can work; wrong check lines with a
   right answer measure false blame);
 - `long`: 20-40 steps (credit among many segments; cost grows);
+- `groups`: `multipath` with 8 samples per problem, as a GRPO group (the right siblings as known
+  paths);
 - `hops`: realistic language on the embedded SmolLM2.
 
 Each has a problem generator with disjoint train/dev/test splits, a checker that labels the
@@ -21,13 +23,15 @@ from __future__ import annotations
 
 from cotcredit.bench.regimes.base import Problem, Regime, StepLabel
 from cotcredit.bench.regimes.forecast import Forecast
+from cotcredit.bench.regimes.groups import Groups
 from cotcredit.bench.regimes.hops import Hops
 from cotcredit.bench.regimes.long import Long
 from cotcredit.bench.regimes.multipath import Multipath
 from cotcredit.bench.regimes.unique import Unique
 from cotcredit.errors import UserError
 
-REGIMES: dict[str, Regime] = {r.name: r for r in (Unique(), Multipath(), Forecast(), Long(), Hops())}
+REGIMES: dict[str, Regime] = {r.name: r for r in (Unique(), Multipath(), Forecast(), Long(),
+                                                  Groups(), Hops())}
 
 
 def get_regime(name: str) -> Regime:
