@@ -130,7 +130,7 @@ def test_ceiling_and_costs(computed):
     assert m.value("cost", "mc", "generated_tokens") == 2000.0
     assert m.value("cost", "rredcot", "seconds") == 0.5
     assert m.value("cost", "refdiff", "forward_tokens") == 0.0 or "refdiff" not in m.baselines
-    assert "refdiff" not in m.baselines and "refdiff left out" in m.notes[0]
+    assert "refdiff" not in m.baselines and "left out: no reference solutions" in m.notes[0]
 
 
 def test_counts_name_each_set(computed):
@@ -143,9 +143,10 @@ def test_counts_name_each_set(computed):
 # ----------------------------------------------------------------------------- the leaderboard
 
 
-def test_leaderboard_pairs_with_the_baseline_chosen_on_dev(tmp_path):
-    from cotcredit.bench.leaderboard import best_baselines, leaderboard, write_leaderboard
+def test_leaderboard_pairs_each_row_with_the_best_baseline_reading_no_more(tmp_path):
+    from cotcredit.bench.leaderboard import leaderboard, write_leaderboard
     from cotcredit.bench.metrics import BASELINES
+    from cotcredit.bench.pairing import best_baselines, eligible
 
     parts = []
     for regime, seed in (("one", 3), ("two", 4)):
@@ -154,27 +155,45 @@ def test_leaderboard_pairs_with_the_baseline_chosen_on_dev(tmp_path):
             m = regime_metrics(scores, labels, departures=deps, n_boot=200)
             parts.append(m.table.assign(regime=regime, split=split))
     results = pd.concat(parts, ignore_index=True)
+    reads = {"oracle": "siblings", "noisy": "none", "rredcot": "solution"}
     best = best_baselines(results, BASELINES)
+    present = ["refdiff", "entropy", "position", "position-length", "random"]
     for regime in ("one", "two"):
         dev = results.loc[(results.regime == regime) & (results.split == "dev")
-                          & (results.metric == "localization") & (results.statistic == "top1")
-                          & results.method.isin(BASELINES)]
-        top = dev.loc[dev["value"] == dev["value"].max(), "method"]
-        chosen = best.loc[(best.regime == regime) & (best.metric == "localization"), "baseline"]
-        assert chosen.iloc[0] == [b for b in BASELINES if b in set(top)][0]
-    board = leaderboard(results, ["oracle", "noisy", "rredcot"], BASELINES)
+                          & (results.metric == "localization") & (results.statistic == "top1")]
+        for klass in ("none", "solution"):
+            pool = dev.loc[dev.method.isin(eligible(klass, BASELINES))]
+            top = set(pool.loc[pool["value"] == pool["value"].max(), "method"])
+            got = best.loc[(best.regime == regime) & (best.metric == "localization")
+                           & (best.reads == klass), "baseline"].iloc[0]
+            assert got == [b for b in BASELINES if b in top][0]
+            assert klass == "solution" or got != "refdiff"  # never one that reads more
+    board = leaderboard(results, ["oracle", "noisy", "rredcot"], BASELINES, reads=reads)
     assert list(board.loc[board.regime == "one", "method"]) == [
-        "oracle", "noisy", "rredcot", "mc", *BASELINES]
-    row = board.loc[(board.regime == "two") & (board.method == "rredcot")].iloc[0]
-    b = row["loc_best"]
+        "oracle", "noisy", "rredcot", "mc", *present]
     test = results.loc[(results.regime == "two") & (results.split == "test")].set_index(
-        ["metric", "method", "statistic"])["value"]
-    assert row["loc_vs_best"] == pytest.approx(test[("localization", "rredcot",
-                                                     f"top1_minus_{b}")])
-    assert row["loc_top1"] == test[("localization", "rredcot", "top1")]
-    assert row["blame_departure_chance"] == test[("blame_departure", "rredcot", "chance_top1")]
-    paths = write_leaderboard(board, results, tmp_path / "board")
+        ["metric", "method", "statistic"])
+    for method, klass in reads.items():
+        row = board.loc[(board.regime == "two") & (board.method == method)].iloc[0]
+        assert row["reads"] == klass and row["loc_best"] in eligible(klass, BASELINES)
+        cell = test.loc[("localization", method, f"top1_minus_{row['loc_best']}")]
+        assert row["loc_vs_best"] == pytest.approx(cell["value"])
+        assert row["loc_vs_best_n"] == cell["n"]
+        assert row["blame_departure_best"] == row["loc_best"]
+    row = board.loc[(board.regime == "two") & (board.method == "rredcot")].iloc[0]
+    assert row["loc_top1"] == test.loc[("localization", "rredcot", "top1"), "value"]
+    assert row["blame_departure_chance"] == test.loc[("blame_departure", "rredcot",
+                                                      "chance_top1"), "value"]
+    assert board.loc[board.kind == "baseline", "loc_best"].eq("").all()  # baselines: unpaired
+    paths = write_leaderboard(board, results, tmp_path / "board", reads=reads,
+                              baselines=BASELINES)
     text = paths["markdown"].read_text()
-    assert "## one" in text and "rredcot" in text and "refdiff (baseline)" in text
+    assert "## one" in text and "rredcot [solution]" in text and "refdiff (baseline)" in text
+    assert "bootstrap over problems" in text
     back = pd.read_csv(paths["csv"])
     assert len(back) == len(board)
+    comp = pd.read_csv(paths["comparisons_csv"])
+    noisy = comp.loc[(comp.regime == "one") & (comp.method == "noisy")
+                     & (comp.metric == "localization")]
+    assert {"refdiff", "entropy"} <= set(noisy.versus)  # the fixed pairings, whatever it reads
+    assert noisy.loc[noisy.role == "best", "versus"].iloc[0] != "refdiff"

@@ -41,13 +41,15 @@ def test_bench_writes_tables_metrics_and_leaderboard(first_run):
     from cotcredit.report.explorer import read_explorer_data
 
     page = read_explorer_data(out / "unique" / "explorer.html")
-    assert page["methods"] == ["rredcot", "loo", "mc", "refdiff", "entropy"]
+    assert page["methods"] == ["rredcot", "loo", "mc", "refdiff", "refdiff-siblings", "entropy"]
     for name in ("leaderboard.md", "leaderboard.csv", "leaderboard.json", "results.csv",
                  "bench.json"):
         assert (out / name).exists()
     board = result.leaderboard
-    assert list(board["method"]) == ["rredcot", "loo", "mc", "refdiff", "entropy", "position",
+    assert list(board["method"]) == ["rredcot", "loo", "mc", "refdiff", "refdiff-solutions",
+                                     "refdiff-siblings", "entropy", "position",
                                      "position-length", "random"]
+    assert dict(zip(board["method"], board["reads"], strict=True))["rredcot"] == "siblings"
     # one segment per reasoning line: the segments are the response's lines
     seg = pd.read_parquet(out / "unique" / "test" / "segments.parquet")
     assert seg["text"].str.endswith("\n").all()

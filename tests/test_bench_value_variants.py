@@ -38,10 +38,10 @@ def test_one_reference_variants_compute_the_same_scores(scorer, tmp_path, label)
     path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
     same = same_as(RECORDS)
     assert same[label] == ONE_REFERENCE_SAME[label]
-    assert same["rredcot-matched"] == "rredcot-siblings"
+    assert same["rredcot-matched"] == "rredcot"
     pd.testing.assert_frame_equal(_rows(scorer, path, label), _rows(scorer, path, same[label]))
     pd.testing.assert_frame_equal(_rows(scorer, path, "rredcot-matched"),
-                                  _rows(scorer, path, "rredcot-siblings"))
+                                  _rows(scorer, path, "rredcot"))
 
 
 def test_no_alias_where_a_trace_has_several_references_or_siblings():
@@ -63,10 +63,10 @@ def test_alias_rows_copies_only_missing_labels():
 
 
 def test_alias_of_an_alias_resolves():
-    """On one-response-per-problem traces multi-matched = matched = siblings: scoring siblings
-    alone shows all three."""
+    """On one-response-per-problem traces multi-matched = matched = the default (siblings):
+    scoring the default alone shows all three."""
     scores = pd.DataFrame({"trace_id": ["a"], "segment": [0], "score": [0.3],
-                           "method": ["rredcot-siblings"]})
+                           "method": ["rredcot"]})
     out = alias_rows(scores, RECORDS)
     for label in ("rredcot-matched", "rredcot-multi-matched"):
         assert out.loc[out.method == label, "score"].tolist() == [0.3]

@@ -22,17 +22,26 @@ value methods (RREDCoT, Monte Carlo); attributions as written. Trace sets, by th
   rollout equivalence (``cotcredit.report.rollouts``).
 * ``cost``: mean seconds, forward and generated tokens per trace (``cotcredit.report.costs``).
 
-Baselines, each a row like a method (``cotcredit.report.baselines``): ``refdiff`` (−1 on the
-first segment that departs from the reference solution), ``entropy`` (minus the model's mean
-token entropy per segment), ``random`` (the negative control), and the text-free ``position``
-and ``position-length``. The text-free two are fitted to each metric's own target, leave one
+Baselines, each a row like a method (``cotcredit.report.baselines``): the string comparisons
+``refdiff`` (−1 on the first segment that departs from the reference solution),
+``refdiff-solutions`` (... that leaves every listed solution) and ``refdiff-siblings`` (... every
+listed solution and every other right response to the problem), ``entropy`` (minus the model's
+mean token entropy per segment), ``random`` (the negative control), and the text-free
+``position`` and ``position-length``. The text-free two are fitted to each metric's own target, leave one
 trace out: for the locating metrics to the first-error segments of the other wrong-answer
 traces of the same split (−1 there, 0 elsewhere: minus the rate at which the first error falls
 at that position), for MC tracking to the other traces' MC credits. So each metric meets the
 strongest position prior it has, not one fitted to something else.
 
-Intervals: percentile bootstrap over traces, one set of resamples per trace set, shared by every
-row and paired difference of that set (``cotcredit.report.stats.Resampler``).
+Intervals: percentile bootstrap over problems (a problem drawn brings all its samples; the
+labels' ``problem`` column), one set of resamples per trace set, shared by every row and paired
+difference of that set (``cotcredit.report.bootstrap.Resampler``). A paired difference is taken
+on the traces both rows scored, and its ``n`` says how many.
+
+Rows that share Monte Carlo's rollouts (``mc-4``, ``mc-8``, ``mc-16``: its first n per
+boundary, ``cotcredit.report.pool``) are not scored on MC tracking (their agreement with the
+run they are part of is no estimate of anything); the rollout equivalence says what n
+rollouts are worth.
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ import pandas as pd
 
 from cotcredit.report.baselines import (
     ENTROPY_COLUMN,
+    REFDIFF,
+    departures_by_name,
     entropy_baseline,
     position_baseline,
     position_length_baseline,
@@ -57,19 +68,22 @@ from cotcredit.report.localization import localize
 from cotcredit.report.rollouts import rollout_analysis
 from cotcredit.report.stats import correlate
 
-#: Per-trace label columns the metrics read.
-LABEL_COLUMNS = ("trace_id", "correct", "error_char", "departure_char", "valid_departure")
+#: Per-trace label columns the metrics read (``problem``: what the bootstrap resamples).
+LABEL_COLUMNS = ("trace_id", "correct", "error_char", "departure_char", "valid_departure",
+                 "problem")
 #: The metrics, in leaderboard order.
 METRICS = ("localization", "mc_tracking", "blame_departure", "blame_wrong_step", "cost")
 #: The metrics that ask where a method's lowest credit lands.
 LOCATING = ("localization", "blame_departure", "blame_wrong_step")
 #: The baselines every bench report carries.
-BASELINES = ("refdiff", "entropy", "position", "position-length", "random")
+BASELINES = (*REFDIFF, "entropy", "position", "position-length", "random")
 #: Columns of ``RegimeMetrics.table``.
 METRIC_COLUMNS = ("metric", "method", "statistic", "value", "ci_low", "ci_high", "n")
 #: Row label of the target the text-free baselines are fitted to for the locating metrics.
 TARGET = "first-error"
-_NO_COST_BASELINES = ("refdiff", "position", "position-length", "random")
+_NO_COST_BASELINES = (*REFDIFF, "position", "position-length", "random")
+#: Row labels that share the reference's rollouts (Monte Carlo with its first n of them).
+SHARES_ROLLOUTS = ("mc-",)
 
 
 @dataclass
@@ -105,10 +119,16 @@ class RegimeMetrics:
 
 def labels_frame(records: Sequence[dict]) -> pd.DataFrame:
     """The label columns of labelled trace records (``id`` or ``trace_id``); missing
-    ``departure_char`` / ``valid_departure`` become -1 / False."""
+    ``departure_char`` / ``valid_departure`` become -1 / False; ``problem`` is the
+    ``problem_id`` field, else the prompt, else the trace itself."""
     frame = pd.DataFrame(list(records))
     if "trace_id" not in frame and "id" in frame:
         frame = frame.rename(columns={"id": "trace_id"})
+    problem = frame["trace_id"].astype(str).radd("trace:")
+    for key in ("prompt", "problem_id"):
+        if key in frame:
+            problem = frame[key].astype("string").radd(f"{key}:").fillna(problem)
+    frame["problem"] = problem.astype(str)
     defaults = {"departure_char": -1, "valid_departure": False}
     for col, default in defaults.items():
         if col not in frame:
@@ -120,6 +140,18 @@ def labels_frame(records: Sequence[dict]) -> pd.DataFrame:
     for col in ("error_char", "departure_char"):
         out[col] = pd.to_numeric(out[col]).fillna(-1).astype("int64")
     return out.reset_index(drop=True)
+
+
+def shares_rollouts(label: str) -> bool:
+    """Whether a row is Monte Carlo with the first n of the reference's rollouts."""
+    return str(label).startswith(SHARES_ROLLOUTS)
+
+
+def problems_of(labels: pd.DataFrame) -> pd.Series | None:
+    """trace id -> its problem (what the bootstrap resamples), None without the column."""
+    if "problem" not in labels:
+        return None
+    return labels.set_index(labels["trace_id"].astype(str))["problem"]
 
 
 def target_offsets(labels: pd.DataFrame) -> dict[str, pd.Series]:
@@ -155,18 +187,22 @@ def metric_baselines(
     baselines: Sequence[str],
     fit_to: str,
     *,
-    departures: pd.Series | None = None,
+    departures: pd.Series | dict | None = None,
     seed: int = 0,
 ) -> tuple[pd.DataFrame, list[str]]:
     """Rows of ``baselines`` for the traces of ``scores``; the text-free ones fitted to the
-    rows labelled ``fit_to``. Returns the rows and notes on baselines left out."""
+    rows labelled ``fit_to``; ``departures``: per string comparison (``REFDIFF``) trace id ->
+    offset, or one Series (``refdiff``'s). Returns the rows and notes on baselines left
+    out."""
     parts, notes = [], []
+    found = departures_by_name(departures)
+    missing = [b for b in baselines if b in REFDIFF and not len(found.get(b, ()))]
+    if missing:
+        notes.append(f"{', '.join(missing)} left out: no reference solutions")
     for name in baselines:
-        if name == "refdiff":
-            if departures is None:
-                notes.append("refdiff left out: no reference solutions")
-                continue
-            parts.append(refdiff_baseline(scores, departures))
+        if name in REFDIFF:
+            if name not in missing:
+                parts.append(refdiff_baseline(scores, found[name], name))
         elif name == "entropy":
             if ENTROPY_COLUMN not in scores.columns:
                 notes.append("entropy left out: the tables have no mean_entropy column")
@@ -206,7 +242,7 @@ def locating_metrics(
     methods: Sequence[str],
     baselines: Sequence[str],
     *,
-    departures: pd.Series | None = None,
+    departures: pd.Series | dict | None = None,
     n_boot: int = 2000,
     seed: int = 0,
 ) -> tuple[list[pd.DataFrame], dict[str, dict[str, int]], list[str]]:
@@ -221,7 +257,8 @@ def locating_metrics(
     names = [*methods, *present]
     tables, counts = [], {}
     for metric in LOCATING:
-        loc = localize(every, offsets[metric], names, baselines=names, n_boot=n_boot, seed=seed)
+        loc = localize(every, offsets[metric], names, baselines=names, n_boot=n_boot, seed=seed,
+                       clusters=problems_of(labels))
         counts[metric] = {k: v for k, v in loc.counts.items() if k not in ("no_error", "unknown")}
         tables.append(loc.table.assign(metric=metric))
     return tables, counts, notes
@@ -235,19 +272,23 @@ def tracking_metrics(
     *,
     reference: str = "mc",
     counts: pd.DataFrame | None = None,
-    departures: pd.Series | None = None,
+    departures: pd.Series | dict | None = None,
     n_boot: int = 2000,
     seed: int = 0,
     min_segments: int = 3,
     splits: int = 20,
 ) -> tuple[list[pd.DataFrame], dict[str, int]]:
     """MC tracking (module docstring): agreement with ``reference``, paired differences, the
-    ceiling and rollout equivalence (from per-boundary rollout ``counts``, when given)."""
+    ceiling and rollout equivalence (from per-boundary rollout ``counts``, when given). Rows
+    that share the reference's rollouts (``SHARES_ROLLOUTS``) are left out."""
+    methods = [m for m in methods if m == reference or not shares_rollouts(m)]
+    rows = rows.loc[rows["method"].isin(methods)]
     fitted = _with_outcome(_segment_columns(rows), labels)
     base, _ = metric_baselines(fitted, baselines, reference, departures=departures, seed=seed)
     present = [b for b in baselines if b in set(base["method"])]
     every = pd.concat([rows[_SEGMENT_COLUMNS], base[_SEGMENT_COLUMNS]], ignore_index=True)
     corr = correlate(every, n_boot=n_boot, seed=seed, min_segments=min_segments,
+                     clusters=problems_of(labels),
                      reference=reference, baselines=present)
     compared = [m for m in [*methods, *present] if m != reference]
     agg = corr.aggregates()
@@ -271,7 +312,8 @@ def tracking_metrics(
     if counts is not None and len(counts):
         outcome = labels.set_index("trace_id")["correct"].astype("float64")
         ro = rollout_analysis(every, counts, compared, credit="differences", outcomes=outcome,
-                              splits=splits, n_boot=n_boot, seed=seed)
+                              splits=splits, n_boot=n_boot, seed=seed,
+                              clusters=problems_of(labels))
         if ro is not None:
             eq = ro.equivalence
             out.append(pd.DataFrame({"method": eq["method"], "statistic": "rollouts",
@@ -322,7 +364,7 @@ def regime_metrics(
     *,
     methods: Sequence[str] | None = None,
     baselines: Sequence[str] = BASELINES,
-    departures: pd.Series | None = None,
+    departures: pd.Series | dict | None = None,
     reference: str = "mc",
     counts: pd.DataFrame | None = None,
     segments: pd.DataFrame | None = None,

@@ -33,13 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cotcredit.bench.labelled import LabelledTraces
 from cotcredit.bench.sizes import SIZE_METHODS, BenchSize, bench_size, size_label
 from cotcredit.bench.variants import (
     REFERENCE,
     MethodRun,
     method_runs,
     read_variants,
+    reads,
     regime_options,
+    with_sets,
 )
 from cotcredit.errors import UserError
 from cotcredit.options import option
@@ -82,6 +85,16 @@ class BenchOptions:
         True, flag="--reports/--no-reports",
         help="Write each regime's compare report and trace explorer (figures: the slow part "
         "of a quick run).")
+    traces: str | None = option(
+        None, help="Your own labelled traces as the regime (steps with a label, or an "
+        "error_char field; --format processbench, ...), scored with --model (instead of "
+        "--regimes).")
+    split_field: str | None = option(
+        None, help="With --traces: the field whose values (dev, test) split the traces "
+        "[default: half the problems (problem_id, else the prompt) each].")
+    sets: tuple[str, ...] = option(
+        (), flag="--set", help="METHOD.OPTION=VALUE, repeatable (e.g. --set mc.rollouts=8); "
+        "METHOD: a method or a variant's label.")
 
 
 @dataclass
@@ -125,6 +138,8 @@ def run_bench(
     *,
     output: str | Path = "bench",
     options: BenchOptions | None = None,
+    model: Any = None,
+    inputs: Any = None,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
     **fields: Any,
@@ -140,6 +155,9 @@ def run_bench(
         output: the bench folder (resumed when it holds an earlier run with the same options).
         options: ``BenchOptions`` (defaults when None); ``fields`` override them by name, e.g.
             ``size="full"``, ``threads=1``; ``size`` may also be a ``BenchSize``.
+        model: with ``traces`` (your own labelled traces as the regime,
+            ``cotcredit.bench.labelled``): the model, a ``ModelOptions`` or a model name
+            (None: the embedded model); inputs: the ``FieldOptions`` they are read with.
         progress: progress bars on the terminal.
         log: called with one line per step (default: silent).
 
@@ -149,8 +167,15 @@ def run_bench(
     """
     from cotcredit.bench.leaderboard import leaderboard, write_leaderboard
     from cotcredit.bench.metrics import BASELINES
+    from cotcredit.bench.splits import BUDGETS
 
     opts = dataclasses.replace(options or BenchOptions(), **fields)
+    if opts.traces is not None:
+        regimes = [_labelled(opts, regimes if regimes is not None else opts.regimes, model,
+                             inputs)]
+    elif model is not None or inputs is not None:
+        raise UserError("--model and the field options apply to --traces (a regime brings "
+                        "its own model)")
     bench = _Bench.start(regimes if regimes is not None else opts.regimes,
                          methods if methods is not None else opts.methods, opts, Path(output),
                          progress, log)
@@ -166,8 +191,10 @@ def run_bench(
         columns=["regime", "split", "metric", "method", "statistic", "value", "ci_low",
                  "ci_high", "n"])
     labels = [lab for run in bench.runs if run.method != REFERENCE for lab in run.labels()]
-    board = leaderboard(results, labels, BASELINES, REFERENCE)
-    files = write_leaderboard(board, results, bench.out, bench.facts)
+    labels += [f"{REFERENCE}-{n}" for n in BUDGETS]  # Monte Carlo's smaller budgets
+    reads = bench.reads()
+    board = leaderboard(results, labels, BASELINES, REFERENCE, reads)
+    files = write_leaderboard(board, results, bench.out, bench.facts, reads, BASELINES)
     seconds = time.perf_counter() - bench.t0
     record = {"regimes": [r.name for r in bench.regimes], "methods": [r.label for r in bench.runs],
               "size": opts.size if isinstance(opts.size, str) else dataclasses.asdict(opts.size),
@@ -228,7 +255,7 @@ class _Bench:
             raise UserError(f"--threads must be at least 1, got {opts.threads}")
         if methods is None and isinstance(opts.size, str):
             methods = SIZE_METHODS.get(opts.size)
-        runs = method_runs(methods, read_variants(opts.config))
+        runs = method_runs(methods, with_sets(read_variants(opts.config), opts.sets))
         if out.exists() and not out.is_dir():
             raise UserError(f"{out}: exists and is not a folder")
         root = Path(opts.cache).expanduser() if opts.cache is not None else _default_cache()
@@ -240,6 +267,8 @@ class _Bench:
                 bench.say(f"{r.name}: left out ({absent[r.name]})")
         if not opts.generate:
             for r in chosen:
+                if isinstance(r, LabelledTraces):
+                    continue
                 for split in SPLITS:
                     if bench.shipped(r, split) is None:
                         _check_cached(r, split, bench.size(r), bench.cache)
@@ -248,14 +277,18 @@ class _Bench:
     def size(self, regime: Any) -> BenchSize:
         return bench_size(self.opts.size, regime.name)
 
+    def reads(self) -> dict[str, str]:
+        """What each method row reads (``cotcredit.bench.pairing``)."""
+        return {lab: reads(run) for run in self.runs for lab in run.labels()}
+
     # ------------------------------------------------------------------------- a regime
 
     def run_regime(self, regime: Any):
         """One regime's splits, metrics and reports; its stacked metrics (None: none)."""
         import pandas as pd
 
-        from cotcredit.bench.leaderboard import best_baselines
         from cotcredit.bench.metrics import BASELINES
+        from cotcredit.bench.pairing import best_baselines, best_facts
 
         name = regime.name
         facts = self.facts.setdefault(name, {
@@ -289,9 +322,9 @@ class _Bench:
         if not tables:
             return None
         stacked = pd.concat(tables, ignore_index=True)
-        facts["best"] = {r.metric: {"baseline": r.baseline, "chosen_on": r.chosen_on,
-                                    "value": r.value}
-                         for r in best_baselines(stacked, BASELINES).itertuples()}
+        facts["best"] = best_facts(best_baselines(stacked, BASELINES))
+        if getattr(regime, "string_labels", ""):
+            facts["string_labels"] = regime.string_labels
         return stacked
 
     def _scorer(self, regime: Any):
@@ -300,7 +333,9 @@ class _Bench:
 
         location = regime.model()
         self.say(f"{regime.name}: loading model")
-        return scorer_for(ModelOptions(model=None if location == EMBEDDED else str(location)))
+        given = getattr(regime, "model_options", None)  # a user's traces: their model
+        return scorer_for(given if given is not None else ModelOptions(
+            model=None if location == EMBEDDED else str(location)))
 
     def shipped(self, regime: Any, split: str) -> list[str] | None:
         """The split's traces from a set shipped with the package, when it has enough (one
@@ -327,6 +362,10 @@ class _Bench:
         its tables, metrics and reports were made from."""
         from cotcredit.bench.traces import regime_traces
 
+        local = self.out / regime.name / split / "traces.jsonl"
+        if isinstance(regime, LabelledTraces):
+            self.say(f"{regime.name} {split}: {len(regime.records[split])} labelled traces")
+            return regime.write(split, local)
         size = self.size(regime)
         lines, source = self.shipped(regime, split), "shipped"
         if lines is None:
@@ -342,7 +381,6 @@ class _Bench:
                 raise RuntimeError(f"{self.cache / regime.name / split}: the sampled traces "
                                    "do not cover the split")
         self.say(f"{regime.name} {split}: {len(lines)} {source} traces")
-        local = self.out / regime.name / split / "traces.jsonl"
         text = "".join(ln + "\n" for ln in lines)
         if not local.exists() or local.read_text(encoding="utf-8") != text:
             local.parent.mkdir(parents=True, exist_ok=True)
@@ -361,7 +399,7 @@ class _Bench:
         common = {"overwrite": self.opts.overwrite, "keep_rows": False,
                   "progress": self.progress}
         segments = where / SEGMENTS_FILE
-        self.say(f"{regime.name} {split}: segmentation (one segment per line)")
+        self.say(f"{regime.name} {split}: segmentation (one segment per step or line)")
         run_analysis(traces, scorer, segment_options=SegmentOptions(segments="lines"),
                      outputs={SEGMENTS: segments}, **common)
         done: dict[str, Path] = {}
@@ -389,31 +427,20 @@ class _Bench:
 
     def metrics(self, regime: Any, traces: Path, where: Path, scored: dict[str, Path]):
         """The split's metrics from its tables (``metrics.csv``); None without tables."""
-        import pandas as pd
-
-        from cotcredit.bench.metrics import labels_frame, regime_metrics
-        from cotcredit.pipeline.scores import load_scores
-        from cotcredit.report.rollouts import counts_from_rollouts, read_rollouts
+        from cotcredit.bench.splits import read_records, read_split, split_facts, split_metrics
 
         if not scored:
             return None
         size = self.size(regime)
-        records = _records(traces)
-        counts = None
-        if REFERENCE in scored and (where / ROLLOUTS_FILE).exists():
-            counts = counts_from_rollouts(read_rollouts(where / ROLLOUTS_FILE))
-        m = regime_metrics(load_scores(list(dict.fromkeys(scored.values()))),
-                           labels_frame(records), departures=_departures(records),
-                           counts=counts, segments=pd.read_parquet(where / SEGMENTS_FILE),
-                           n_boot=size.n_boot, seed=self.opts.seed, splits=size.splits)
+        records = read_records(traces)
+        data = read_split(where, list(dict.fromkeys(scored.values())), records)
+        m = split_metrics(data, n_boot=size.n_boot, seed=self.opts.seed, splits=size.splits)
         m.table.to_csv(where / "metrics.csv", index=False)
         if where.name == "test":
             facts = self.facts[regime.name]
-            facts["counts"] = {k: v.get("erroneous", v.get("traces", 0))
-                               for k, v in m.counts.items()}
-            facts["left_out"] = {k: {r: n for r, n in v.items() if r not in (
-                "erroneous", "traces") and n} for k, v in m.counts.items()}
-            facts["notes"] = list(dict.fromkeys([*facts["notes"], *m.notes]))
+            facts |= split_facts(m, records)
+            facts["notes"] = list(dict.fromkeys([*facts["notes"], *m.notes,
+                                                 *getattr(regime, "notes", [])]))
         return m.table
 
     def report(self, regime: Any, traces: Path) -> None:
@@ -444,6 +471,23 @@ class _Bench:
         except UserError as exc:
             self.facts[regime.name]["notes"].append(f"compare report not written: {exc}")
         _write_explorer(tables, traces, explorer, self.opts.seed)
+
+
+def _labelled(opts: BenchOptions, regimes: Any, model: Any, inputs: Any) -> LabelledTraces:
+    """The ``--traces`` regime, its labels checked (before any model loads)."""
+    from cotcredit.data.fields import FieldOptions
+    from cotcredit.lm.loading import ModelOptions
+
+    if regimes is not None:
+        raise UserError("--traces and --regimes: give one or the other")
+    if isinstance(model, str) or model is None:
+        model = ModelOptions(model=model)
+    path = Path(opts.traces).expanduser()
+    if not path.exists():
+        raise UserError(f"--traces: {path}: no such file")
+    regime = LabelledTraces(path, model, inputs or FieldOptions(), opts.split_field)
+    regime.read()
+    return regime
 
 
 def missing_model(regime: Any) -> str | None:
@@ -503,27 +547,19 @@ def _one_line(exc: BaseException) -> str:
     return text if isinstance(exc, UserError) else f"{type(exc).__name__}: {text}"
 
 
-def _departures(records: list[dict]):
-    """Where each trace departs from its reference solution (``refdiff``); None when no trace
-    has a solution."""
-    from cotcredit.report.baselines import departures_from_traces
-
-    found = departures_from_traces(records)
-    return found if len(found) else None
-
-
 def _write_explorer(tables: list[Path], traces: Path, path: Path, seed: int) -> None:
     """The explorer of the held-out split: every method, refdiff and entropy beside them."""
     import pandas as pd
 
     from cotcredit.bench.metrics import metric_baselines
+    from cotcredit.bench.splits import trace_departures
     from cotcredit.pipeline.scores import load_scores
     from cotcredit.report.explorer import write_explorer
 
     scores = load_scores(tables)
     records = _records(traces)
-    extra, _ = metric_baselines(scores, ("refdiff", "entropy"), REFERENCE,
-                                departures=_departures(records), seed=seed)
+    extra, _ = metric_baselines(scores, ("refdiff", "refdiff-siblings", "entropy"), REFERENCE,
+                                departures=trace_departures(records), seed=seed)
     methods = list(dict.fromkeys([*scores["method"], *extra["method"]]))
     write_explorer(pd.concat([scores, extra], ignore_index=True),
                    {str(r["id"]): r for r in records}, path, methods=methods,

@@ -149,12 +149,14 @@ def _set_if_absent(cls: type, mapping: dict[str, Any], key: str, value: Any) -> 
     return {**mapping, key: value}
 
 
-def regime_options(run: MethodRun, exit_string: str, sampling: Mapping[str, Any],
+def regime_options(run: MethodRun, exit_string: str | None, sampling: Mapping[str, Any],
                    rollouts: int, seed: int, save_rollouts: Path | None = None) -> Any:
     """The options object of ``run`` on a regime: its exit string, and for Monte Carlo the
     regime's sampling settings, ``rollouts`` and the rollouts table."""
     spec = get_method(run.method)
-    opts = _set_if_absent(spec.options_type, dict(run.options), "exit_string", exit_string)
+    opts = dict(run.options)
+    if exit_string is not None:  # None: the method's own answer forcing (a user's traces)
+        opts = _set_if_absent(spec.options_type, opts, "exit_string", exit_string)
     if run.method == REFERENCE:
         for key, value in {**dict(sampling), "rollouts": rollouts, "seed": seed}.items():
             opts = _set_if_absent(spec.options_type, opts, key, value)
@@ -163,3 +165,47 @@ def regime_options(run: MethodRun, exit_string: str, sampling: Mapping[str, Any]
             built = dataclasses.replace(built, save_rollouts=str(save_rollouts))
         return built
     return build_options(spec.options_type, opts, run.label)
+
+
+#: Registered methods that read no solution (the trace, the model and the answer only).
+READS_NO_SOLUTION = ("mc", "loo", "shapley", "gradient")
+
+
+def reads(run: MethodRun) -> str:
+    """What a row reads (``cotcredit.bench.pairing.READS``), which decides its baseline: a
+    method's spec may say (``reads``: a class, or a function of its options); Monte Carlo,
+    leave-one-out, Shapley and gradients read no solution; a method with a ``references``
+    option (RREDCoT) reads those paths unless it computes R̂ alone (``value: rhat`` or a v̂
+    weight of 0); any other method is taken to read everything (``siblings``), so that it
+    meets the strongest baseline rather than a weaker one."""
+    spec = get_method(run.method)
+    built = build_options(spec.options_type, dict(run.options), run.label)
+    declared = getattr(spec, "reads", None)
+    if callable(declared):
+        return str(declared(built))
+    if isinstance(declared, str):
+        return declared
+    if run.method in READS_NO_SOLUTION:
+        return "none"
+    references = getattr(built, "references", None)
+    if references is None:
+        return "siblings"
+    if getattr(built, "value", "both") == "rhat" or getattr(built, "vhat_weight", 1.0) == 0:
+        return "none"
+    return str(references)
+
+
+def with_sets(variants: Mapping[str, Mapping[str, Any]], sets: Sequence[str] | None
+              ) -> dict[str, dict[str, Any]]:
+    """``variants`` with ``--set LABEL.OPTION=VALUE`` items on top: a variant's label sets its
+    options, a registered method's name its own row's."""
+    from cotcredit.options import parse_sets
+
+    found = {k: dict(v) for k, v in variants.items()}
+    for label, opts in parse_sets(list(sets or [])).items():
+        if label not in found and label not in registry():
+            known = ", ".join([*registry(), *(v for v in found if v not in registry())])
+            raise UserError(f"--set {label}.…: unknown method or variant {label!r} (known: "
+                            f"{known})")
+        found[label] = {**found.get(label, {"method": label}), **opts}
+    return found

@@ -13,16 +13,20 @@ from rich.table import Table
 from cotcredit.bench.run import BenchOptions
 from cotcredit.cli.output import Quiet, err, out
 from cotcredit.cli.params import with_options
+from cotcredit.data.fields import FieldOptions
 from cotcredit.errors import UserError
+from cotcredit.lm.loading import ModelOptions
 
 HELP = """Benchmark credit methods on regimes whose first wrong step is known.
 
-Runs every method (and named variant), Monte Carlo and the cheap baselines (refdiff, entropy,
-position, position-length, random) on each regime's development and held-out traces, one
-segment per reasoning line, and writes the leaderboard (leaderboard.md, .csv, .json), each
-regime's compare report and trace explorer into the output folder. Resumable: rerun the same
-command to continue. Exits with status 2 when a method failed on a regime (the other results are
-written)."""
+Runs every method (and named variant), Monte Carlo and the cheap baselines (refdiff,
+refdiff-solutions, refdiff-siblings, entropy, position, position-length, random) on each
+regime's development and held-out traces, one segment per reasoning line, and writes the
+leaderboard (leaderboard.md, .csv, .json; comparisons.md, .csv), each regime's compare report and
+trace explorer into the output folder. With --traces FILE --model M: your own labelled traces
+(steps with a label, or error_char) are the regime, scored with your model. Resumable: rerun the
+same command to continue. Exits with status 2 when a method failed on a regime (the other
+results are written)."""
 
 
 def _cell(value: float, paired_low: float, paired_high: float) -> str:
@@ -61,7 +65,7 @@ def bench(
     output: Annotated[Path, typer.Option("-o", "--output", help="The bench folder (resumed "
                                          "when it exists).")] = Path("bench"),
     quiet: Quiet = False,
-    *, options: BenchOptions,
+    *, options: BenchOptions, model: ModelOptions, inputs: FieldOptions,
 ) -> None:
     """Benchmark credit methods on regimes whose first wrong step is known (``HELP``)."""
     from cotcredit.bench.run import run_bench
@@ -70,7 +74,9 @@ def bench(
         if not quiet:
             err.print(line, markup=False, highlight=False)
 
-    result = run_bench(output=output, options=options, log=say)
+    given = options.traces is not None or model != ModelOptions() or inputs != FieldOptions()
+    result = run_bench(output=output, options=options, log=say,
+                       model=model if given else None, inputs=inputs if given else None)
     if not quiet:
         out.print(leaderboard_table(result.leaderboard))
         err.print(f"leaderboard: {result.files['markdown']}", highlight=False)
@@ -88,4 +94,5 @@ class _Failures(UserError):
 
 def add_bench_command(app: typer.Typer) -> None:
     """Register `cotcredit bench` on `app`."""
-    app.command("bench", help=HELP)(with_options(options=BenchOptions)(bench))
+    app.command("bench", help=HELP)(with_options(options=BenchOptions, model=ModelOptions,
+                                                 inputs=FieldOptions)(bench))

@@ -20,7 +20,7 @@ import typer
 
 from cotcredit.options import build_options, flag_name
 
-_REPEATED = ("--vllm-arg",)  # tuple fields given as a repeated flag rather than a comma list
+_REPEATED = ("--vllm-arg", "--set")  # tuple fields given as a repeated flag, not a comma list
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,6 +42,14 @@ Reading the trace (cheap: no credit method, at most the segmentation's one forwa
   departing one (a Spearman with two distinct values on one side), 0 where it never departs.
   Where the reference solution is the only valid path it localizes every first error; where
   several are valid it blames the correct alternatives (the false blame the benchmark counts).
+* ``refdiff-solutions``: the same over every listed solution (the ``solution`` and the
+  ``solutions`` list): −1 on the first line where the prefix leaves every one of them (the
+  latest of the departures from each; none when the trace follows one throughout).
+* ``refdiff-siblings``: the same over the listed solutions and every other right-answer
+  response to the same problem among the traces given (``problem_id``, else the prompt;
+  right: ``correct``/``outcome``/``reward`` ≥ 0.5), the trace itself never among them. All of
+  them: RREDCoT's v̂ with ``references: siblings`` reads at most ``max_references`` (8), the
+  listed ones first, so where 8 solutions are listed it reads no sibling.
 * ``entropy``: minus the segment's mean token entropy under the model, the ``mean_entropy``
   column the segmentation pass writes on every row (the first value any row of the segment
   carries): the line where the model was least sure gets the lowest credit, for localization
@@ -61,14 +69,18 @@ from cotcredit.errors import UserError
 from cotcredit.options import comma_list
 from cotcredit.report.credit import trace_outcomes
 
+#: The string comparisons with known paths: baseline -> the paths it reads
+#: (``departures_from_traces``' ``references``).
+REFDIFF = {"refdiff": "solution", "refdiff-solutions": "solutions", "refdiff-siblings": "siblings"}
 #: The baselines ``baseline_scores`` knows.
-BASELINES = ("position", "position-length", "uniform", "refdiff", "entropy", "random")
+BASELINES = ("position", "position-length", "uniform", *REFDIFF, "entropy", "random")
 #: The column the ``entropy`` baseline reads (written by the segmentation pass).
 ENTROPY_COLUMN = "mean_entropy"
 #: Why ``refdiff`` cannot run on score tables alone.
-REFDIFF_NEEDS_TRACES = ("--baselines refdiff: needs the traces' reference solutions; name the "
-                        "traces file of the tables (compare --explorer-traces FILE), or run "
-                        "compare on the traces file")
+REFDIFF_NEEDS_TRACES = ("--baselines refdiff: needs the traces' reference solutions (and, for "
+                        "refdiff-siblings, the other responses); name the traces file of the "
+                        "tables (compare --explorer-traces FILE), or run compare on the traces "
+                        "file")
 _KEEP = ("trace_id", "segment", "char_start", "char_end", "text")
 
 
@@ -165,9 +177,24 @@ def uniform_baseline(scores: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+Departures = Mapping[str, pd.Series] | Mapping[str, int] | pd.Series
+
+
+def departures_by_name(departures: Departures | None) -> dict[str, pd.Series]:
+    """Baseline name -> trace id -> departure offset, from either that mapping or one Series
+    (or trace id -> offset mapping): ``refdiff``'s alone."""
+    if departures is None:
+        return {}
+    if isinstance(departures, pd.Series):
+        return {"refdiff": departures}
+    if departures and all(isinstance(v, (pd.Series, Mapping)) for v in departures.values()):
+        return {str(k): pd.Series(v, dtype="int64") for k, v in departures.items()}
+    return {"refdiff": pd.Series(departures, dtype="int64")}
+
+
 def baseline_scores(
     scores: pd.DataFrame, baselines: Sequence[str], reference: str | None,
-    *, departures: Mapping[str, int] | pd.Series | None = None, seed: int = 0,
+    *, departures: Departures | None = None, seed: int = 0,
 ) -> tuple[pd.DataFrame, list[str], list[str]]:
     """``scores`` with the rows of ``baselines`` appended (``baseline_rows``)."""
     rows, added, notes = baseline_rows(scores, baselines, reference, departures=departures,
@@ -177,13 +204,13 @@ def baseline_scores(
 
 def baseline_rows(
     scores: pd.DataFrame, baselines: Sequence[str], reference: str | None,
-    *, departures: Mapping[str, int] | pd.Series | None = None, seed: int = 0,
+    *, departures: Departures | None = None, seed: int = 0,
 ) -> tuple[pd.DataFrame, list[str], list[str]]:
     """The rows of ``baselines`` for the traces of ``scores``.
 
-    ``reference``: the method the text-free baselines are fitted to; ``departures``: trace id
-    -> ``first_departure`` offset (``refdiff``; ``departures_from_traces``); ``seed``: of
-    ``random``. Returns (rows, the baselines added, notes on those left out: ``position`` and
+    ``reference``: the method the text-free baselines are fitted to; ``departures``: per
+    string comparison (``REFDIFF``), trace id -> departure offset
+    (``departures_from_traces``), or one Series: ``refdiff``'s; ``seed``: of ``random``. Returns (rows, the baselines added, notes on those left out: ``position`` and
     ``position-length`` without the reference in the table). A score table already holding a
     row label of a baseline's name is refused (the report would mix them up), and so is
     ``refdiff`` without departures or ``entropy`` without the entropy column (one line each,
@@ -205,15 +232,16 @@ def baseline_rows(
                 continue
             fit = position_baseline if name == "position" else position_length_baseline
             parts.append(fit(scores, reference))
-        elif name == "refdiff":
+        elif name in REFDIFF:
+            found = departures_by_name(departures)
             if departures is None:
                 raise UserError(REFDIFF_NEEDS_TRACES)
-            if not len(departures):
+            if not len(found.get(name, ())):
                 raise UserError(
-                    "--baselines refdiff: no trace has a reference solution (field solution or "
-                    "reference_solution; --solution-field names another); leave refdiff out"
+                    f"--baselines {name}: no trace has a reference solution (field solution or "
+                    f"reference_solution; --solution-field names another); leave {name} out"
                 )
-            parts.append(refdiff_baseline(scores, departures))
+            parts.append(refdiff_baseline(scores, found[name], name))
         elif name == "entropy":
             parts.append(entropy_baseline(scores))
         elif name == "random":
@@ -250,26 +278,88 @@ def position_length_baseline(scores: pd.DataFrame, reference: str) -> pd.DataFra
 # ----------------------------------------------------------------------------- refdiff
 
 
-def departures_from_traces(traces: Iterable) -> pd.Series:
-    """``first_departure`` of every trace with a solution (trace id -> offset; a trace without
-    one is left out). ``traces``: ``Trace`` records or dicts with id, response, solution."""
+def _field(t: object, key: str) -> object:
+    return t.get(key) if isinstance(t, Mapping) else getattr(t, key, None)
+
+
+def _extra(t: object, key: str) -> object:
+    """A field of a record dict, or of a ``Trace``'s extra fields."""
+    if isinstance(t, Mapping):
+        return t.get(key)
+    return (getattr(t, "extra", None) or {}).get(key)
+
+
+def _right(t: object) -> bool:
+    """A right-answer response: its correct / outcome / reward field ≥ 0.5."""
+    for key in ("correct", "outcome", "reward"):
+        value = _field(t, key)
+        if value is not None and not isinstance(value, (list, dict)):
+            return float(value) >= 0.5
+    return False
+
+
+def _problem(t: object) -> str:
+    """What groups responses to one problem: the ``problem_id`` field, else the prompt."""
+    pid = _extra(t, "problem_id")
+    return f"id:{pid}" if pid is not None else f"prompt:{_field(t, 'prompt')}"
+
+
+def listed_solutions(t: object) -> list[str]:
+    """The ``solution`` and every text of the ``solutions`` field (a list or one text)."""
+    more = _extra(t, "solutions")
+    more = [more] if isinstance(more, str) else list(more or [])
+    return [x for x in [_field(t, "solution"), *more] if isinstance(x, str) and x.strip()]
+
+
+def departure_from_all(response: str, references: Sequence[str]) -> int:
+    """Where ``response`` leaves every one of ``references``: the latest of its departures
+    from each (``first_departure``), −1 when it follows one of them throughout."""
+    found = [first_departure(response, r) for r in references]
+    return -1 if -1 in found else max(found)
+
+
+def departures_from_traces(traces: Iterable, references: str = "solution") -> pd.Series:
+    """Where each trace departs from its known paths (trace id -> offset; a trace without a
+    solution is left out). ``references``: ``solution`` (its reference solution,
+    ``first_departure``), ``solutions`` (also its ``solutions`` list) or ``siblings`` (also
+    every other right-answer response to the same problem among ``traces``), the departure
+    from several being where the trace leaves every one (``departure_from_all``).
+    ``traces``: ``Trace`` records or dicts with id, response, solution (and solutions,
+    problem_id or prompt, correct)."""
+    if references not in REFDIFF.values():
+        raise ValueError(f"references must be one of {', '.join(REFDIFF.values())}")
+    traces = list(traces)
+    right: dict[str, list[tuple[str, str]]] = {}
+    if references == "siblings":
+        for t in traces:
+            if _right(t):
+                right.setdefault(_problem(t), []).append((str(_field(t, "id")),
+                                                          str(_field(t, "response"))))
     found = {}
     for t in traces:
-        get = t.get if isinstance(t, Mapping) else lambda k, t=t: getattr(t, k, None)
-        if get("solution"):
-            found[str(get("id"))] = first_departure(get("response"), get("solution"))
+        if not _field(t, "solution"):
+            continue
+        tid, response = str(_field(t, "id")), str(_field(t, "response"))
+        if references == "solution":
+            found[tid] = first_departure(response, str(_field(t, "solution")))
+            continue
+        paths = listed_solutions(t)
+        if references == "siblings":
+            paths += [r for other, r in right.get(_problem(t), []) if other != tid]
+        found[tid] = departure_from_all(response, paths)
     return pd.Series(found, dtype="int64")
 
 
-def refdiff_baseline(scores: pd.DataFrame, departures: Mapping[str, int] | pd.Series
-                     ) -> pd.DataFrame:
-    """Rows of the ``refdiff`` baseline: −1 on the segment holding the trace's departure offset,
-    0 elsewhere; NaN on traces without one (no solution)."""
+def refdiff_baseline(scores: pd.DataFrame, departures: Mapping[str, int] | pd.Series,
+                     name: str = "refdiff") -> pd.DataFrame:
+    """Rows of a string comparison (``refdiff`` or one of ``REFDIFF``, ``name``): −1 on the
+    segment holding the trace's departure offset, 0 elsewhere; NaN on traces without one (no
+    solution)."""
     seg, _, _ = _segmentation(scores)
     at = seg["trace_id"].map(pd.Series(departures, dtype="float64")).to_numpy(dtype="float64")
     inside = (seg["char_start"].to_numpy() <= at) & (at < seg["char_end"].to_numpy())
     out = seg.loc[:, list(_KEEP)].copy()
-    out["method"] = "refdiff"
+    out["method"] = name
     out["score"] = np.where(np.isnan(at), np.nan, np.where(inside, -1.0, 0.0))
     return out
 

@@ -213,7 +213,7 @@ def analyse(
     splits: int = 20,
     sources: Mapping[str, Path] | None = None,
     checked: bool = False,
-    departures: Mapping[str, int] | None = None,
+    departures: Mapping[str, Any] | None = None,
 ) -> Analysis:
     """Every statistic of the report from loaded score rows (``load_scores``): the credit
     definition, the baselines, the correlations with paired differences, first-error
@@ -221,8 +221,9 @@ def analyse(
     ceilings (when the reference is Monte Carlo with counts: a rollouts table, given or beside
     its table, or the table's own counts). Inputs are checked before anything is computed;
     ``checked``: the rows come from ``load_scores`` (normalized, one segmentation);
-    ``departures``: where each trace departs from its reference solution (the ``refdiff``
-    baseline; ``report.baselines.departures_from_traces``)."""
+    ``departures``: where each trace departs from its known paths, per string comparison
+    (``refdiff``, ``refdiff-solutions``, ``refdiff-siblings``; or one Series: ``refdiff``'s;
+    ``report.baselines.departures_from_traces``)."""
     import pandas as pd
 
     from cotcredit.pipeline.scores import check_segmentations, normalize
@@ -319,9 +320,12 @@ def compare_scores(
     else:
         named = True
     if traces is not None and "departures" not in options:
-        from cotcredit.report.baselines import departures_from_traces
+        from cotcredit.report.baselines import REFDIFF, departures_from_traces, parse_baselines
 
-        options["departures"] = departures_from_traces(traces)
+        wanted = [b for b in parse_baselines(options.get("baselines", "position"))
+                  if b in REFDIFF] or ["refdiff"]
+        traces = list(traces)
+        options["departures"] = {b: departures_from_traces(traces, REFDIFF[b]) for b in wanted}
     result = analyse(scores, sources=sources, checked=True, **options)
     # Inputs are named relative to the report folder: a report is read next to its tables and
     # must not carry the path of the machine that made it.
@@ -454,10 +458,10 @@ def compare(
     """
     report = report or ReportOptions()
     # The report's options are checked before any method runs (or any model loads).
-    from cotcredit.report.baselines import REFDIFF_NEEDS_TRACES, parse_baselines
+    from cotcredit.report.baselines import REFDIFF, REFDIFF_NEEDS_TRACES, parse_baselines
     from cotcredit.report.credit import CREDITS
 
-    if ("refdiff" in parse_baselines(report.baselines) and traces is None
+    if (set(parse_baselines(report.baselines)) & set(REFDIFF) and traces is None
             and report.explorer_traces is None):
         raise UserError(REFDIFF_NEEDS_TRACES)
     if report.credit not in CREDITS:
@@ -476,7 +480,7 @@ def compare(
              "explorer": report.explorer, "max_traces_explorer": report.max_traces_explorer}
 
     # The explorer's prompts and final answers, refdiff's solutions (read after the run).
-    wants_traces = report.explorer or "refdiff" in parse_baselines(report.baselines)
+    wants_traces = report.explorer or bool(set(parse_baselines(report.baselines)) & set(REFDIFF))
 
     def records(source):
         if not wants_traces or source is None:

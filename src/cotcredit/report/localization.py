@@ -16,8 +16,8 @@ Monte Carlo needed:
 * ``top1_minus_<row>``: the per-trace paired difference of top-1 with every baseline and with
   chance, so "better than position" rests on an interval.
 
-CIs are 95% percentile bootstraps over the erroneous traces (one set of resamples for every
-row). An offset at or beyond the end of the last segment (the error is in the final answer, not
+CIs are 95% percentile bootstraps over the erroneous traces, or over their problems when
+``clusters`` says which problem each trace answers (one set of resamples for every row). An offset at or beyond the end of the last segment (the error is in the final answer, not
 the reasoning) or in no segment's span is counted under ``after_reasoning`` / ``outside_segments``
 and left out; so are traces with −1 (``no_error``) or null (``unknown``). In a table, a trace
 whose offset differs between rows, an offset below −1 or a value that is not an integer is a
@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from cotcredit.errors import UserError
-from cotcredit.report.bootstrap import Resampler, percentile_interval
+from cotcredit.report.bootstrap import Resampler, cluster_codes, percentile_interval
 from cotcredit.report.correlation import wide
 
 #: Default name of the column with the first wrong step's character offset.
@@ -117,9 +117,11 @@ def localize(
     n_boot: int = 2000,
     seed: int = 0,
     error_field: str = ERROR_FIELD,
+    clusters: Mapping[str, object] | None = None,
 ) -> Localization:
     """Localization statistics of ``methods`` (and ``baselines``, which are rows of ``scores``
-    too) on the traces whose ``offsets`` mark an error (see the module docstring)."""
+    too) on the traces whose ``offsets`` mark an error (see the module docstring); ``clusters``
+    (trace id -> problem): the bootstrap resamples problems, all samples of one together."""
     seg = scores[["trace_id", "segment", "char_start", "char_end"]].drop_duplicates(
         ["trace_id", "segment"]).sort_values(["trace_id", "segment"], kind="stable")
     seg["rank"] = seg.groupby("trace_id").cumcount()
@@ -174,7 +176,8 @@ def localize(
     rows = []
     if n_t and columns:
         values = np.column_stack([c for _, _, c in columns])
-        low, high = percentile_interval(Resampler(n_t, n_boot, seed).means(values))
+        boot = Resampler(n_t, n_boot, seed, cluster_codes(data.trace_ids, clusters))
+        low, high = percentile_interval(boot.means(values))
         for (m, s, v), lo, hi in zip(columns, low, high, strict=True):
             used = np.isfinite(v)
             if not used.any():

@@ -43,14 +43,14 @@ boundaries do not match their segments are left out and counted.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from cotcredit.report.bootstrap import Resampler, percentile_interval
+from cotcredit.report.bootstrap import Resampler, cluster_codes, percentile_interval
 from cotcredit.report.correlation import average_ranks, rowwise, wide
 from cotcredit.store import io
 
@@ -159,6 +159,7 @@ def rollout_analysis(
     seed: int = 0,
     source: str = "",
     max_traces: int = MAX_TRACES,
+    clusters: Mapping[str, object] | None = None,
 ) -> RolloutAnalysis | None:
     """Rollout equivalence of ``methods`` (rows of ``scores``, credits already as compared) and
     the ceilings, from per-boundary ``counts`` (``counts_from_rollouts``/``counts_from_mc``);
@@ -167,7 +168,8 @@ def rollout_analysis(
     At dataset scale the figures are estimated on a random ``max_traces`` of the traces with
     counts (seeded; ``RolloutAnalysis.subsampled`` says so), with fewer splits (at most
     ``SPLIT_BUDGET`` trace-splits in all, at least 2): averaging over many traces already
-    averages over splits."""
+    averages over splits. ``clusters`` (trace id -> problem): the bootstrap resamples
+    problems."""
     rng = np.random.default_rng(seed)
     skipped: dict[str, int] = {}
     ids_with = pd.Index(pd.unique(counts["trace_id"].astype(str)))
@@ -271,7 +273,7 @@ def rollout_analysis(
     for m in methods:
         per_method[m] = np.where(used, per_method[m], np.nan)
     curve[~used] = np.nan
-    boot = Resampler(n_t, n_boot, seed)
+    boot = Resampler(n_t, n_boot, seed, cluster_codes(ids, clusters))
     cols = [curve[:, j] for j in range(levels)] + [per_method[m] for m in methods]
     cols += [ceil_half, ceil_all]
     values = np.column_stack(cols)

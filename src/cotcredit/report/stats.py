@@ -55,7 +55,7 @@ per-trace ones (``pearson``, ``spearman``, ``kendall``, ``split_half_*``), so fi
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +65,13 @@ import pandas as pd
 from cotcredit.errors import UserError
 from cotcredit.methods import method_order
 from cotcredit.pipeline.scores import check_segmentations, normalize
-from cotcredit.report.bootstrap import Resampler, bootstrap_p, mean_interval, percentile_interval
+from cotcredit.report.bootstrap import (
+    Resampler,
+    bootstrap_p,
+    cluster_codes,
+    mean_interval,
+    percentile_interval,
+)
 from cotcredit.report.correlation import (
     Wide,
     average_ranks,
@@ -314,6 +320,7 @@ def correlate(
     baselines: Sequence[str] = (),
     params: dict[str, Any] | None = None,
     checked: bool = False,
+    clusters: Mapping[str, Any] | None = None,
 ) -> Correlations:
     """Correlate every pair of methods in ``scores`` (see the module docstring for definitions).
 
@@ -327,6 +334,8 @@ def correlate(
         params: more options to record in ``Correlations.params`` (credit definition...).
         checked: the rows were already normalized and checked for one segmentation
             (``load_scores`` does both); skips doing it again.
+        clusters: trace id -> its problem: the bootstrap resamples problems, each with all
+            its traces (``cotcredit.report.bootstrap``); None: single traces.
     """
     if n_boot < 0:
         raise UserError(f"n_boot must be >= 0, got {n_boot}")
@@ -348,7 +357,7 @@ def correlate(
         series[f"{m}#a"], series[f"{m}#b"] = (m, HALF_COLUMNS[0]), (m, HALF_COLUMNS[1])
     data = wide(scores, series)
     n_t = len(data.trace_ids)
-    boot = Resampler(n_t, n_boot, seed)
+    boot = Resampler(n_t, n_boot, seed, cluster_codes(data.trace_ids, clusters))
 
     per_trace: list[pd.DataFrame] = []
     agg: list[dict[str, Any]] = []

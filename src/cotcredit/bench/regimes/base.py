@@ -83,6 +83,9 @@ class Regime:
     # out of a default run and says why
     unavailable: str = ""
     hypothesis: str = ""  # which hypothesis it separates, in one line
+    # why its first-error labels are defined by string comparison with the reference ("": they
+    # are not); the leaderboard marks such a regime
+    string_labels: str = ""
     sampling: dict = {}  # temperature, top_p, max_new_tokens of its traces
     exit_string: str = EXIT_STRING
     pools: dict[str, int] = {"test": 1000, "dev": 300}  # held-out pool sizes

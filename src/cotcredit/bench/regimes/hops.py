@@ -311,6 +311,11 @@ class Hops(Regime):
         "model is fixed (not trained here), its traces few, and it has one valid path."
     )
     hypothesis = "do the organism results hold on a pretrained model's language?"
+    string_labels = (
+        "its checker accepts a line only in the reference's wording, and no held-out trace of "
+        "the lookup study has every step right: the first wrong step is, in effect, the first "
+        "departure from the reference text, so refdiff localizes it by construction; it ranks "
+        "no string-based row and is left out of every headline claim")
     sampling = {"temperature": 0.7, "top_p": 1.0, "max_new_tokens": 160}
     pools = {"test": 1000, "dev": 1000}
     split_seeds = {"train": 23, "dev": 22, "test": 21}  # test: the lookup study's problems
