@@ -146,21 +146,16 @@ train-study: organism-problems
 train-study-lookup: install
 	$(STUDY).train.run_study $(ARGS)
 
-# The benchmark's full run (studies/bench/PROTOCOL.md): every registered method, Monte Carlo and
-# the cheap baselines on the five regimes, development and held-out splits. Many hours on 2
-# cores (resumable: rerun to continue; progress in studies/bench/run.log), then the
-# tracked summary (leaderboard, comparisons, figure). Results in studies/bench/.
-# BENCH_REGIMES=unique,hops: only those (default: every regime whose model is shipped).
-# Then the value-estimate study's v̂ variants on every held-out split (about 1.5 hours, most of
-# it SmolLM2 on hops), the leaderboard with them, and the default v̂ paired with the earlier one.
+# The benchmark's full run, version 2 (studies/bench/PROTOCOL.md), from seeds: the trace sets,
+# every method and variant, Monte Carlo (32 rollouts per boundary, every rollout saved) and the
+# baselines on unique, multipath, forecast, long and groups (dev and held-out), hops from the
+# lookup study's script, then the compact tables (studies/bench/tables/, tracked) and the
+# leaderboard computed from them (studies/bench/leaderboard.md, comparisons.md, figure). Many
+# hours on 2 cores; every step resumes (rerun to continue; progress in studies/bench/run.log).
+# `python -m studies.bench.full tables` / `leaderboard` redo the last two steps alone.
 bench: install
-	HF_HUB_OFFLINE=1 nice -n 10 $(PY) -m studies.bench.full \
-		$(if $(BENCH_REGIMES),--regimes $(BENCH_REGIMES)) 2>&1 | tee -a studies/bench/run.log
-	HF_HUB_OFFLINE=1 nice -n 10 $(PY) -m studies.bench.value_variants \
-		$(if $(BENCH_REGIMES),--regimes $(BENCH_REGIMES)) 2>&1 | tee -a studies/bench/run.log
-	HF_HUB_OFFLINE=1 $(PY) -m studies.bench.from_tables \
-		$(if $(BENCH_REGIMES),$(subst $(comma), ,$(BENCH_REGIMES)),unique multipath forecast long hops)
-	HF_HUB_OFFLINE=1 $(PY) -m studies.bench.value_default
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 nice -n 10 $(PY) -m studies.bench.full 2>&1 \
+		| tee -a studies/bench/run.log
 
 # Which v̂ follows the state's value when the reference is one path of many? The v̂ variants on
 # the benchmark's unique and multipath traces (chosen on dev, reported on test; protocol in

@@ -205,3 +205,34 @@ def test_groups_are_multipath_problems_with_its_model():
     assert groups.sampling == multipath.sampling
     problem = groups.problems("dev", 1)[0]
     assert groups.check(problem, problem.solutions[1]).correct
+
+
+def test_what_each_row_reads_decides_its_baselines(monkeypatch):
+    """R̂ alone and the attribution methods read no solution; R̂ + v̂ what its references name;
+    a method's options may say; an unknown method meets every baseline."""
+    import dataclasses
+    from typing import ClassVar
+
+    from cotcredit.bench.variants import method_runs, read_variants, reads
+    from cotcredit.methods import MethodSpec, registry
+
+    runs = {r.label: r for r in method_runs(None, read_variants(None))}
+    found = {label: reads(r) for label, r in runs.items()}
+    assert found == {**found, "rredcot": "siblings", "rredcot-one-reference": "solution",
+                     "rredcot-rhat": "none", "mc": "none", "loo": "none", "shapley": "none",
+                     "gradient": "none"}
+
+    @dataclasses.dataclass(frozen=True)
+    class Declared:
+        reads: ClassVar[str] = "solutions"
+
+    @dataclasses.dataclass(frozen=True)
+    class Silent:
+        pass
+
+    for name, cls in (("declared", Declared), ("silent", Silent)):
+        monkeypatch.setitem(registry(), name, MethodSpec(name=name, options_type=cls,
+                                                         run=lambda c, o: None,
+                                                         labels=lambda o, n=name: [n]))
+    runs = method_runs("declared,silent", {})
+    assert [reads(r) for r in runs[:2]] == ["solutions", "siblings"]

@@ -1,126 +1,237 @@
-"""The benchmark's full run (PROTOCOL.md): the trace sets, the bench, the tracked summary.
+"""The benchmark's full run, version 2 (PROTOCOL.md): every table from seeds, the compact tables
+and the leaderboard.
 
-    python -m studies.bench.full [--regimes unique,hops] [--run studies/bench/run]
+    python -m studies.bench.full                 # every step (hours on 2 cores; each resumes)
+    python -m studies.bench.full run             # unique, multipath, forecast, long, groups
+    python -m studies.bench.full hops            # hops: the lookup study's tables (hops.py)
+    python -m studies.bench.full tables          # the compact tables, from the run's tables
+    python -m studies.bench.full leaderboard     # the leaderboard, from the compact tables
 
-1. `cotcredit.bench.run_bench(..., size="full", threads=1)` on the organism regimes into `--run`
-   (resumable: rerun to continue; every step writes per trace);
-2. `hops`: its held-out metrics from the lookup study's tables on the same 240 traces
-   (`hops_from_study.py`; PROTOCOL.md, amendments), merged into the leaderboard; with
-   `--hops-bench`, the bench scores `hops` itself at the protocol's size instead (hours);
-3. the tracked summary next to this script (`summarize.py`).
-
-Regimes: those named, else every regime whose model is there (a regime without a checkpoint is
-left out and named in the leaderboard with the reason; rerun when it ships: the regimes already
-done are only re-summarised).
-One line per step goes to the terminal with the time of day.
+1. `run`: `cotcredit.bench.run_bench` at the full size (`cotcredit.bench.sizes`) on the organism
+   regimes and `groups`, with the value variants (`value_variants.yaml`), into `--run`
+   (default `studies/bench/run`, ignored): the traces (sampled from seed 0 into `--cache`),
+   one segment per line, every method, Monte Carlo with every rollout saved;
+2. `hops`: `hops.py` into `<run>/hops`;
+3. `tables`: each regime's splits as compact tables (`cotcredit.bench.compact`) in
+   `studies/bench/tables/` (tracked): the held-out splits with every row's credits, the
+   development splits with what the choice of baselines reads; `trace_sets.json`, the trace
+   sets' counts; `--runs` takes the run folders to read, the first holding a regime wins;
+4. `leaderboard`: every metric of every split from the compact tables (`split_metrics`), each
+   row paired with its baseline, into `studies/bench/`: leaderboard.md/.csv/.json,
+   comparisons.md/.csv and leaderboard.png (results.csv, every statistic, into the run folder).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
-#: The lookup study's sampled traces: the `hops` held-out set.
-HOPS_TEST = ROOT / "studies" / "lookup_study" / "raw_traces.jsonl"
+CONFIG = HERE / "value_variants.yaml"
+TABLES = HERE / "tables"
+ORGANISMS = ("unique", "multipath", "forecast", "long", "groups")
+SPLITS = ("dev", "test")
+#: The tables a split folder holds besides the methods'.
+NOT_METHODS = ("segments.parquet", "rollouts.parquet")
 
 
 def say(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
 
 
-def available() -> tuple[list[str], dict[str, str]]:
-    """(regimes whose model is there, {regime without one: why})."""
-    from cotcredit.bench import REGIMES
-    from cotcredit.bench.run import missing_model
+def run_step(run: Path, cache: Path | None, regimes: list[str]) -> int:
+    """Step 1: the bench on the organism regimes and groups."""
+    from cotcredit.bench import run_bench
 
-    have, missing = [], {}
-    for name, regime in REGIMES.items():
-        why = missing_model(regime)
-        if why is None:
-            have.append(name)
-        else:
-            missing[name] = why
-    return have, missing
+    result = run_bench(",".join(regimes), None, size="full", threads=1, output=run,
+                       cache=cache, config=str(CONFIG), reports=False, log=say)
+    for line in result.failures:
+        say(f"failed: {line}")
+    return 1 if result.failures else 0
 
 
-def _lines(path: Path) -> int:
-    return len(path.read_text().splitlines()) if path.exists() else 0
+def split_folder(runs: list[Path], regime: str, split: str) -> Path | None:
+    """The first run folder's split of ``regime`` (None: no run holds it)."""
+    return next((r / regime / split for r in runs
+                 if (r / regime / split / "segments.parquet").exists()), None)
 
 
-def merge_hops(result, run: Path, cache: Path) -> None:
-    """Add the `hops` column (from the lookup study's tables) to the bench's leaderboard."""
+def read_organism(where: Path):
+    """A bench split's ``SplitData`` and records; tables written before the row labels were
+    renamed (``rredcot-siblings.parquet`` among them) are relabelled."""
+    from cotcredit.bench.splits import read_records, read_split
+    from cotcredit.bench.variants import RENAMED
+
+    tables = sorted(p for p in where.glob("*.parquet") if p.name not in NOT_METHODS)
+    old = (where / "rredcot-siblings.parquet").exists()
+    records = read_records(where / "traces.jsonl")
+    return read_split(where, tables, records, rename=RENAMED if old else None), records
+
+
+def tables_step(runs: list[Path], hops_out: Path | None, dest: Path = TABLES) -> None:
+    """Step 3: the compact tables and the trace sets' counts."""
+    from cotcredit.bench.compact import write_split
+    from cotcredit.bench.splits import sibling_note
+    from cotcredit.bench.traces import summarize
+    from studies.bench import hops
+
+    counts: dict = {}
+    for regime in ORGANISMS:
+        for split in SPLITS:
+            where = split_folder(runs, regime, split)
+            if where is None:
+                say(f"{regime} {split}: no run holds it")
+                continue
+            data, records = read_organism(where)
+            write_split(data, dest / regime / split, credits=split == "test")
+            counts.setdefault(regime, {})[split] = summarize(records)
+            if split == "test":
+                _facts(dest / regime, [sibling_note(records)])
+            say(f"{regime} {split}: {len(records)} traces, {data.row_labels()}")
+    if hops_out is not None and (hops_out / "lookup" / "segments.parquet").exists():
+        data, records = hops.read(hops_out)
+        write_split(data, dest / "hops" / "test")
+        counts["hops"] = {"test": summarize(records)}
+        _facts(dest / "hops", [hops.NOTE])
+        say(f"hops test: {len(records)} traces, {data.row_labels()}")
+    (HERE / "trace_sets.json").write_text(json.dumps(counts, indent=1) + "\n")
+
+
+def _facts(folder: Path, notes: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "notes.json").write_text(json.dumps([n for n in notes if n], indent=1) + "\n")
+
+
+def row_reads() -> tuple[list[str], dict[str, str]]:
+    """The method rows in leaderboard order and what each reads (``cotcredit.bench.pairing``)."""
+    from cotcredit.bench.splits import BUDGETS
+    from cotcredit.bench.variants import method_runs, read_variants, reads
+
+    runs = method_runs(None, read_variants(CONFIG))
+    order = {"rredcot": 0, "rredcot-one-reference": 1, "rredcot-rhat": 2}
+    runs = sorted(runs, key=lambda r: order.get(r.label, 3 if "-" not in r.label else 4))
+    found = {lab: reads(r) for r in runs if r.method != "mc" for lab in r.labels()}
+    found |= {f"mc-{n}": "none" for n in BUDGETS}
+    return list(found), found
+
+
+def regime_results(name: str, dest: Path = TABLES, n_boot: int = 2000):
+    """Every metric of a regime's splits from its compact tables, and its facts (``n_boot``:
+    0 computes every value without intervals)."""
     import pandas as pd
 
-    from cotcredit.bench.leaderboard import best_baselines, leaderboard, write_leaderboard
+    from cotcredit.bench import REGIMES
+    from cotcredit.bench.compact import read_split
     from cotcredit.bench.metrics import BASELINES
-    from studies.bench.hops_from_study import hops_metrics
+    from cotcredit.bench.pairing import best_baselines, best_facts
+    from cotcredit.bench.splits import split_facts, split_metrics
 
-    table, facts = hops_metrics(run, cache)
-    facts["best"] = {r.metric: {"baseline": r.baseline, "chosen_on": r.chosen_on,
-                                "value": r.value}
-                     for r in best_baselines(table, BASELINES).itertuples()}
-    results = pd.concat([result.results, table], ignore_index=True)
-    board = result.leaderboard
-    methods = list(dict.fromkeys(board.loc[board["kind"] == "method", "method"]))
-    regimes = {**{k: v for k, v in result.regimes.items() if not v.get("missing")},
-               "hops": facts, **{k: v for k, v in result.regimes.items() if v.get("missing")}}
-    write_leaderboard(leaderboard(results, methods, BASELINES), results, run, regimes)
+    regime, parts, facts = REGIMES[name], [], {}
+    for split in SPLITS:
+        if not (dest / name / split / "traces.parquet").exists():
+            continue
+        data = read_split(dest / name / split)
+        m = split_metrics(data, n_boot=n_boot)
+        parts.append(m.table.assign(regime=name, split=split))
+        if split == "test":
+            notes = json.loads((dest / name / "notes.json").read_text())
+            facts = {"description": regime.description, "hypothesis": regime.hypothesis,
+                     **split_facts(m, data.labels), "notes": [*notes, *m.notes]}
+            if regime.string_labels:
+                facts["string_labels"] = regime.string_labels
+    results = pd.concat(parts, ignore_index=True)
+    facts["best"] = best_facts(best_baselines(results, BASELINES))
+    return results, facts
+
+
+def leaderboard_step(run: Path, dest: Path = TABLES, out: Path = HERE) -> None:
+    """Step 4: the leaderboard, comparisons and figure from the compact tables."""
+    import pandas as pd
+
+    from cotcredit.bench import REGIMES
+    from cotcredit.bench.leaderboard import leaderboard, write_leaderboard
+    from cotcredit.bench.metrics import BASELINES
+
+    parts, facts = [], {}
+    for name in REGIMES:
+        if (dest / name / "test" / "traces.parquet").exists():
+            say(f"{name}: metrics from the compact tables")
+            results, facts[name] = regime_results(name, dest)
+            parts.append(results)
+        else:
+            facts[name] = {"missing": "its tables were not made in this run"}
+    results = pd.concat(parts, ignore_index=True)
+    methods, reads = row_reads()
+    board = leaderboard(results, methods, BASELINES, "mc", reads)
+    paths = write_leaderboard(board, results, out, facts, reads, BASELINES, keep_results=False)
+    run.mkdir(parents=True, exist_ok=True)
+    results.to_csv(run / "results.csv", index=False)
+    figure(board, out / "leaderboard.png")
+    say(f"wrote {', '.join(str(p) for p in paths.values())}, leaderboard.png")
+
+
+def figure(board, path: Path) -> None:
+    """Localization and MC tracking per regime and row, with intervals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    regimes = list(dict.fromkeys(board["regime"]))
+    rows = list(dict.fromkeys(board["method"]))
+    fig, axes = plt.subplots(2, 1, figsize=(12, 7.5))
+    width = 0.85 / max(len(rows), 1)
+    cmap = plt.get_cmap("tab20")
+    for ax, (key, title) in zip(axes, (("loc_top1", "localization (top-1)"),
+                                       ("mc_spearman", "MC tracking (Spearman)")), strict=True):
+        for j, m in enumerate(rows):
+            own = board.loc[board["method"] == m].set_index("regime").reindex(regimes)
+            x = [i + (j - len(rows) / 2 + 0.5) * width for i in range(len(regimes))]
+            y = own[key].to_numpy(dtype=float)
+            err = [y - own[f"{key}_low"].to_numpy(dtype=float),
+                   own[f"{key}_high"].to_numpy(dtype=float) - y]
+            base = own["kind"].eq("baseline").any()
+            ax.errorbar(x, y, yerr=err, fmt="s" if base else "o", ms=3, lw=0.8,
+                        color=cmap(j % 20), label=m + (" (baseline)" if base else ""))
+        ax.set_xticks(range(len(regimes)), regimes)
+        ax.set_title(title + "; held-out, 95% intervals by problem")
+        ax.axhline(0, color="0.7", lw=0.8)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--regimes", help="comma-separated [default: every regime with a model]")
+    ap.add_argument("step", nargs="?", choices=("all", "run", "hops", "tables", "leaderboard"),
+                    default="all")
     ap.add_argument("--run", type=Path, default=HERE / "run", help="the bench folder")
+    ap.add_argument("--runs", type=Path, nargs="*", default=None,
+                    help="tables: the run folders to read [default: --run]")
+    ap.add_argument("--hops", type=Path, default=None, help="hops' folder [default: RUN/hops]")
     ap.add_argument("--cache", type=Path, default=None,
                     help="the trace cache [default: $COTCREDIT_CACHE/bench]")
-    ap.add_argument("--no-reports", action="store_true",
-                    help="skip each regime's compare report and explorer (the slow figures); "
-                    "a later run without it writes them")
-    ap.add_argument("--hops-bench", action="store_true",
-                    help="score hops with the bench at the protocol's size (hours) instead of "
-                    "reading the lookup study's tables")
+    ap.add_argument("--regimes", default=",".join(ORGANISMS), help="run: comma-separated")
     args = ap.parse_args(argv)
+    hops_out = args.hops or args.run / "hops"
+    code = 0
+    if args.step in ("all", "run"):
+        say(f"bench --size full on {args.regimes} into {args.run}")
+        code = run_step(args.run, args.cache, args.regimes.split(","))
+    if args.step in ("all", "hops"):
+        from studies.bench import hops
 
-    from cotcredit.bench import run_bench
-    from cotcredit.bench.traces import TRACE_SETS, default_folder, regime_traces
-
-    missing: dict[str, str] = {}
-    if args.regimes:
-        regimes = [r.strip() for r in args.regimes.split(",") if r.strip()]
-    else:
-        regimes, missing = available()
-        for name, why in missing.items():
-            say(f"left out: {name} ({why})")
-    cache = args.cache or default_folder()
-    from_study = "hops" in regimes and not args.hops_bench
-    n, k = TRACE_SETS["hops"]["test"]
-    if "hops" in regimes and _lines(cache / "hops" / "test" / "traces.jsonl") < n * k:
-        say(f"hops test: the lookup study's {n} traces, relabelled")
-        regime_traces("hops", "test", n, k, cache, seed=0, reuse=HOPS_TEST)
-    if from_study:
-        regimes.remove("hops")
-    say(f"bench --size full on {', '.join(regimes)} into {args.run}")
-    result = run_bench(",".join(regimes), None, size="full", threads=1, output=args.run,
-                       cache=cache, log=say, reports=not args.no_reports)
-    for name, why in missing.items():
-        result.regimes.setdefault(name, {"missing": why})
-    for line in result.failures:
-        say(f"failed: {line}")
-    say(f"bench done in {result.seconds:.0f} s")
-    if from_study:
-        say("hops: metrics from the lookup study's tables")
-        merge_hops(result, args.run, cache)
-    elif missing:
-        from cotcredit.bench.leaderboard import write_leaderboard
-
-        write_leaderboard(result.leaderboard, result.results, args.run, result.regimes)
-    from studies.bench import summarize
-
-    summarize.main(["--run", str(args.run)])
-    return 1 if result.failures else 0
+        say(f"hops into {hops_out}")
+        hops.score(hops_out)
+    if args.step in ("all", "tables"):
+        tables_step(args.runs or [args.run], hops_out)
+    if args.step in ("all", "leaderboard"):
+        leaderboard_step(args.run)
+    return code
 
 
 if __name__ == "__main__":

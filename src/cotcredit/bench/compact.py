@@ -60,8 +60,8 @@ def _read(path: Path) -> tuple[pd.DataFrame, dict]:
 
 def write_split(data: SplitData, folder: Path, credits: bool = True) -> dict[str, Path]:
     """``data`` into ``folder`` (``traces``, ``segments``, ``pool``); ``credits``: store the
-    methods' credits (False: the labels, spans, entropies, costs and the pool only: what a
-    development split's choice of baselines reads)."""
+    methods' credits and costs (False: the labels, spans, entropies, departures and the pool
+    only: what a development split's choice of baselines reads)."""
     folder = Path(folder)
     ids = pd.Index(pd.unique(data.segments["trace_id"].astype(str)))
     code = pd.Series(np.arange(len(ids), dtype="int32"), index=ids)
@@ -78,11 +78,13 @@ def write_split(data: SplitData, folder: Path, credits: bool = True) -> dict[str
         traces["segmentation_tokens"] = data.segmentation_tokens.reindex(ids).astype(
             "float32").to_numpy()
     costs = data.costs.assign(trace_id=data.costs["trace_id"].astype(str))
-    for label, own in costs.groupby("method", sort=False):
+    for label, own in costs.groupby("method", sort=False) if credits else ():
         own = own.set_index("trace_id").reindex(ids)
         for col in COST_COLUMNS:
             if col in own.columns and own[col].notna().any():
-                traces[f"{col}:{label}"] = own[col].astype("float32").to_numpy()
+                values = own[col].astype("float64")
+                traces[f"{col}:{label}"] = (values.astype("float32") if col == "cost_seconds"
+                                            else values.round().astype("Int32")).array
     seg = data.segments.assign(trace_id=data.segments["trace_id"].astype(str)).sort_values(
         ["trace_id", "segment"], key=lambda s: s.map(code) if s.name == "trace_id" else s,
         kind="stable")
@@ -169,7 +171,7 @@ def read_split(folder: Path) -> SplitData:
         own = pd.DataFrame({"trace_id": ids, "method": label})
         for col in COST_COLUMNS:
             if f"{col}:{label}" in traces.columns:
-                own[col] = traces[f"{col}:{label}"].astype("float64").to_numpy()
+                own[col] = traces[f"{col}:{label}"].astype("float64").to_numpy(na_value=np.nan)
         costs.append(own.loc[own.drop(columns=["trace_id", "method"]).notna().any(axis=1)])
     pool = None
     if (folder / "pool.parquet").exists():

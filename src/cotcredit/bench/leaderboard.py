@@ -293,24 +293,27 @@ def render_comparisons(table: pd.DataFrame) -> str:
 def write_leaderboard(board: pd.DataFrame, results: pd.DataFrame, out_dir: Path,
                       regimes: dict[str, dict] | None = None,
                       reads: Mapping[str, str] | None = None,
-                      baselines: Sequence[str] | None = None) -> dict[str, Path]:
+                      baselines: Sequence[str] | None = None,
+                      keep_results: bool = True) -> dict[str, Path]:
     """leaderboard.md, leaderboard.csv, leaderboard.json (the rows and each regime's facts),
-    results.csv (every statistic of every split) and, with ``baselines``, the paired
-    comparisons (comparisons.md, comparisons.csv) in ``out_dir``."""
+    with ``keep_results`` results.csv (every statistic of every split) and, with
+    ``baselines``, the paired comparisons (comparisons.md, comparisons.csv) in ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out_dir / "leaderboard.md", "csv": out_dir / "leaderboard.csv",
-             "json": out_dir / "leaderboard.json", "results": out_dir / "results.csv"}
+             "json": out_dir / "leaderboard.json"}
     io.write_atomic(paths["markdown"], render_markdown(board, regimes))
-    io.write_atomic(paths["csv"], board.to_csv(index=False))
-    rows = json.loads(board.to_json(orient="records"))
+    io.write_atomic(paths["csv"], board.to_csv(index=False, float_format="%.6g"))
+    rows = json.loads(board.to_json(orient="records", double_precision=6))
     io.write_atomic(paths["json"], json.dumps({"regimes": regimes or {}, "rows": rows},
                                               indent=1) + "\n")
-    io.write_atomic(paths["results"], results.to_csv(index=False))
+    if keep_results:
+        paths["results"] = out_dir / "results.csv"
+        io.write_atomic(paths["results"], results.to_csv(index=False))
     if baselines is not None:
         labels = dict(zip(board["method"], board["reads"], strict=True))
         table = comparisons(results, {**labels, **(reads or {})}, baselines)
         paths["comparisons"] = out_dir / "comparisons.md"
         paths["comparisons_csv"] = out_dir / "comparisons.csv"
         io.write_atomic(paths["comparisons"], render_comparisons(table))
-        io.write_atomic(paths["comparisons_csv"], table.to_csv(index=False))
+        io.write_atomic(paths["comparisons_csv"], table.to_csv(index=False, float_format="%.6g"))
     return paths

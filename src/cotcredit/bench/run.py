@@ -427,7 +427,13 @@ class _Bench:
 
     def metrics(self, regime: Any, traces: Path, where: Path, scored: dict[str, Path]):
         """The split's metrics from its tables (``metrics.csv``); None without tables."""
-        from cotcredit.bench.splits import read_records, read_split, split_facts, split_metrics
+        from cotcredit.bench.splits import (
+            read_records,
+            read_split,
+            sibling_note,
+            split_facts,
+            split_metrics,
+        )
 
         if not scored:
             return None
@@ -438,9 +444,10 @@ class _Bench:
         m.table.to_csv(where / "metrics.csv", index=False)
         if where.name == "test":
             facts = self.facts[regime.name]
-            facts |= split_facts(m, records)
-            facts["notes"] = list(dict.fromkeys([*facts["notes"], *m.notes,
-                                                 *getattr(regime, "notes", [])]))
+            facts |= split_facts(m, data.labels)
+            notes = [*facts["notes"], *m.notes, sibling_note(records),
+                     *getattr(regime, "notes", [])]
+            facts["notes"] = [n for n in dict.fromkeys(notes) if n]
         return m.table
 
     def report(self, regime: Any, traces: Path) -> None:

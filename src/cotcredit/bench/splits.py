@@ -171,16 +171,13 @@ def read_rollouts_with_tokens(path: Path) -> pd.DataFrame:
                                 "n_tokens"]).to_pandas()
 
 
-def split_facts(m: RegimeMetrics, records: Sequence[dict]) -> dict:
+def split_facts(m: RegimeMetrics, labels: pd.DataFrame) -> dict:
     """What the leaderboard says of a regime's held-out split: its traces per set and those
-    left out (``counts``, ``left_out``), its problems, and how many references RREDCoT's
-    default reads there."""
-    facts = {"counts": {k: v.get("erroneous", v.get("traces", 0)) for k, v in m.counts.items()},
-             "left_out": {k: {r: n for r, n in v.items() if r not in ("erroneous", "traces")
-                              and n} for k, v in m.counts.items()},
-             "problems": len({str(r.get("problem_id", r.get("prompt"))) for r in records})}
-    note = sibling_note(records)
-    return facts | ({"notes": [note]} if note else {})
+    left out (``counts``, ``left_out``) and its problems."""
+    return {"counts": {k: v.get("erroneous", v.get("traces", 0)) for k, v in m.counts.items()},
+            "left_out": {k: {r: n for r, n in v.items() if r not in ("erroneous", "traces")
+                             and n} for k, v in m.counts.items()},
+            "problems": int(labels["problem"].nunique())}
 
 
 def sibling_note(records: Sequence[dict]) -> str:

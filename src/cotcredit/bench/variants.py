@@ -173,16 +173,17 @@ READS_NO_SOLUTION = ("mc", "loo", "shapley", "gradient")
 
 def reads(run: MethodRun) -> str:
     """What a row reads (``cotcredit.bench.pairing.READS``), which decides its baseline: a
-    method's spec may say (``reads``: a class, or a function of its options); Monte Carlo,
-    leave-one-out, Shapley and gradients read no solution; a method with a ``references``
-    option (RREDCoT) reads those paths unless it computes R̂ alone (``value: rhat`` or a v̂
-    weight of 0); any other method is taken to read everything (``siblings``), so that it
-    meets the strongest baseline rather than a weaker one."""
+    method's options may say (a ``reads`` class attribute naming the class, or a ``reads()``
+    method computing it from the options); Monte Carlo, leave-one-out, Shapley and gradients
+    read no solution; a method with a ``references`` option (RREDCoT) reads those paths unless
+    it computes R̂ alone (``value: rhat`` or a v̂ weight of 0); any other method is taken to
+    read everything (``siblings``), so that it meets the strongest baseline, never a weaker
+    one."""
     spec = get_method(run.method)
     built = build_options(spec.options_type, dict(run.options), run.label)
-    declared = getattr(spec, "reads", None)
+    declared = getattr(built, "reads", None)
     if callable(declared):
-        return str(declared(built))
+        return str(declared())
     if isinstance(declared, str):
         return declared
     if run.method in READS_NO_SOLUTION:
