@@ -42,7 +42,8 @@ NOTE = ("hops: scored as the lookup study scores it (studies/bench/hops.py): Mon
 
 
 def score(out: Path) -> None:
-    """Steps 1-3 of the module docstring (each resumes what it finished)."""
+    """Steps 1-3 of the module docstring (each resumes what it finished; the variants run
+    before the study's own methods, whose Monte Carlo takes hours)."""
     from cotcredit.bench import get_regime
     from cotcredit.bench.traces import TRACE_SETS, regime_traces
     from cotcredit.lm import ModelOptions, load_scorer
@@ -53,13 +54,16 @@ def score(out: Path) -> None:
     lookup.mkdir(parents=True, exist_ok=True)
     if not (lookup / "raw_traces.jsonl").exists():
         shutil.copyfile(STUDY / "raw_traces.jsonl", lookup / "raw_traces.jsonl")
-    run_study.main(["--out", str(lookup)])
+    run_study.main(["--out", str(lookup), "--traces-only"])  # traces and segments first
     n, k = TRACE_SETS["hops"]["test"]
     regime_traces("hops", "test", n, k, out / "cache", seed=0, reuse=STUDY / "raw_traces.jsonl")
     scorer = load_scorer(ModelOptions())
     (out / "variants").mkdir(exist_ok=True)
+    # the variants before the study's methods: hours of Monte Carlo come last
     score_split(lookup / "traces.jsonl", lookup / "segments.parquet", out / "variants", scorer,
                 get_regime("hops").exit_string, list(variants()))
+    del scorer
+    run_study.main(["--out", str(lookup)])
 
 
 def read(out: Path):

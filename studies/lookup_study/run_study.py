@@ -96,6 +96,8 @@ def study(out: Path, args) -> None:
     labels = org.label_traces(out / "raw_traces.jsonl", out / "traces.jsonl", check=hops_check)
     org.segment_by_lines(out, labels, args.model, log)
     org.write_traces_summary(out, labels)
+    if getattr(args, "traces_only", False):
+        return
     common = [*model, "--segments-file", "segments.parquet", "--on-error", "skip", "--timings",
               "-q"]
     forcing = ["--exit-string", EXIT]
@@ -161,6 +163,9 @@ def main(argv=None) -> None:
     ap.add_argument("--reproduce", type=int, metavar="N",
                     help="rerun the first N traces in a temporary folder and compare every "
                          "table with the study's (exit 1 if one differs)")
+    ap.add_argument("--traces-only", action="store_true",
+                    help="sample (or resume), label and segment the traces, then stop: what "
+                         "other work reads before the methods run")
     ap.add_argument("--report-only", action="store_true",
                     help="only redraw localization (and the MC comparison once MC is complete) "
                          "from the tables there")
