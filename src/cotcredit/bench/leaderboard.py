@@ -242,6 +242,12 @@ def render_markdown(board: pd.DataFrame, regimes: dict[str, dict] | None = None,
                    "step or the answer line)", "outside_segments": "the offset in no segment"}
             lines += ["Left out of localization: " + "; ".join(
                 f"{n} with {why.get(k, k)}" for k, n in left.items()) + ".", ""]
+        where = {c["chosen_on"] for by in info.get("best", {}).values() for c in by.values()}
+        if HELD_OUT in where:
+            lines += ["No development split: each row's baseline was chosen on the held-out "
+                      "split, so its paired differences are not confirmatory.", ""]
+        if info.get("string_labels"):
+            lines += [f"† Labels defined by string comparison: {info['string_labels']}.", ""]
         ceiling = own["mc_ceiling"].dropna()
         if len(ceiling):
             lines += [f"Agreement ceiling of error-free values with this Monte Carlo: "
