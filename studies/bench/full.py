@@ -17,14 +17,16 @@ and the leaderboard.
    development splits with what the choice of baselines reads; `trace_sets.json`, the trace
    sets' counts; `--runs` takes the run folders to read, the first holding a regime wins;
 4. `leaderboard`: every metric of every split from the compact tables (`split_metrics`), each
-   row paired with its baseline, into `studies/bench/`: leaderboard.md/.csv/.json,
-   comparisons.md/.csv and leaderboard.png (results.csv, every statistic, into the run folder).
+   row paired with its baseline, into the run folder (leaderboard.md/.csv/.json,
+   comparisons.md/.csv, results.csv: every statistic), and leaderboard.md, leaderboard.csv,
+   comparisons.md and leaderboard.png into `studies/bench/` (tracked).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -36,6 +38,8 @@ ORGANISMS = ("unique", "multipath", "forecast", "long", "groups")
 SPLITS = ("dev", "test")
 #: The tables a split folder holds besides the methods'.
 NOT_METHODS = ("segments.parquet", "rollouts.parquet")
+#: The leaderboard's files tracked beside this script (the figure too).
+TRACKED = ("leaderboard.md", "leaderboard.csv", "comparisons.md")
 
 
 def say(line: str) -> None:
@@ -166,11 +170,12 @@ def leaderboard_step(run: Path, dest: Path = TABLES, out: Path = HERE) -> None:
     results = pd.concat(parts, ignore_index=True)
     methods, reads = row_reads()
     board = leaderboard(results, methods, BASELINES, "mc", reads)
-    paths = write_leaderboard(board, results, out, facts, reads, BASELINES, keep_results=False)
-    run.mkdir(parents=True, exist_ok=True)
-    results.to_csv(run / "results.csv", index=False)
+    paths = write_leaderboard(board, results, run, facts, reads, BASELINES)
+    for name in TRACKED:  # the rest (json, results, comparisons.csv) stays in the run folder
+        shutil.copyfile(run / name, out / name)
     figure(board, out / "leaderboard.png")
-    say(f"wrote {', '.join(str(p) for p in paths.values())}, leaderboard.png")
+    say(f"wrote {', '.join(str(p) for p in paths.values())}; tracked in {out}: "
+        f"{', '.join(TRACKED)}, leaderboard.png")
 
 
 def figure(board, path: Path) -> None:

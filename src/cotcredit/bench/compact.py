@@ -11,7 +11,8 @@ its inputs and recomputed from them.
                                                 boundary, rollouts and their outcomes as bits
 
 No text: the segments are character spans of the traces' responses, which the run's
-``traces.jsonl`` holds. Credits and costs are float32; a row label whose credits equal another's
+``traces.jsonl`` holds. Credits are float32, tokens whole counts, seconds float32 to about
+three significant digits; a row label whose credits equal another's
 on every segment is stored once (the file's metadata names it). Monte Carlo's credits and those
 of its budgets are computed from the pool, never stored. ``write_split`` then ``read_split``
 gives the ``SplitData`` the published leaderboard was computed from, exactly.
@@ -41,13 +42,13 @@ def _write(frame: pd.DataFrame, path: Path, meta: dict | None = None) -> None:
     import pyarrow.parquet as pq
 
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    if meta:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                               _META: json.dumps(meta).encode()})
+    # no pandas schema in the footer (a hundred bytes a column): the reader rebuilds the frame
+    table = table.replace_schema_metadata({_META: json.dumps(meta or {}).encode()})
     floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path, compression="zstd", compression_level=19,
-                   use_byte_stream_split=floats or False, use_dictionary=False)
+                   use_byte_stream_split=floats or False, use_dictionary=False,
+                   write_statistics=False)
 
 
 def _read(path: Path) -> tuple[pd.DataFrame, dict]:
@@ -83,7 +84,7 @@ def write_split(data: SplitData, folder: Path, credits: bool = True) -> dict[str
         for col in COST_COLUMNS:
             if col in own.columns and own[col].notna().any():
                 values = own[col].astype("float64")
-                traces[f"{col}:{label}"] = (values.astype("float32") if col == "cost_seconds"
+                traces[f"{col}:{label}"] = (_significant(values) if col == "cost_seconds"
                                             else values.round().astype("Int32")).array
     seg = data.segments.assign(trace_id=data.segments["trace_id"].astype(str)).sort_values(
         ["trace_id", "segment"], key=lambda s: s.map(code) if s.name == "trace_id" else s,
@@ -127,6 +128,18 @@ def write_split(data: SplitData, folder: Path, credits: bool = True) -> dict[str
     else:
         paths.pop("pool")
     return paths
+
+
+def _significant(values: pd.Series, bits: int = 10) -> pd.Series:
+    """Seconds as float32 with ``bits`` bits of mantissa (about three significant digits; the
+    rest zero, so they compress): a wall time on a shared machine means no more."""
+    x = values.to_numpy(dtype="float64").astype("float32")
+    raw = x.view(np.uint32)
+    drop = np.uint32(23 - bits)
+    half = np.uint32(1) << (drop - np.uint32(1))
+    kept = ((raw + half) >> drop) << drop  # round to nearest, then clear the low bits
+    out = np.where(np.isfinite(x), kept.view(np.float32), x)
+    return pd.Series(out, index=values.index)
 
 
 def _equal(a: np.ndarray, b: np.ndarray) -> bool:

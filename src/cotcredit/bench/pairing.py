@@ -110,16 +110,17 @@ def paired(cells: pd.DataFrame, metric: str, method: str, versus: str) -> dict[s
 
 def comparisons(results: pd.DataFrame, reads: Mapping[str, str], baselines: Sequence[str],
                 fixed: Sequence[str] = FIXED) -> pd.DataFrame:
-    """Every row of ``reads`` (label -> class) paired on the held-out split with its best
-    eligible baseline (``role`` "best") and with each of ``fixed`` ("fixed"), per metric of
-    ``PAIRED_STAT``, and its false blame minus chance ("chance"); ``COMPARISON_COLUMNS``."""
+    """Every row of ``reads`` (label -> class) but the baselines paired on the held-out split
+    with its best eligible baseline (``role`` "best") and with each of ``fixed`` ("fixed"),
+    per metric of ``PAIRED_STAT``, and its false blame minus chance ("chance");
+    ``COMPARISON_COLUMNS``."""
     best = best_baselines(results, baselines)
     test = results.loc[results["split"] == HELD_OUT]
     rows = []
     for regime, own in test.groupby("regime", sort=False):
         cells = own.set_index(["metric", "method", "statistic"])
         for method in dict.fromkeys(own["method"]):
-            if method not in reads:
+            if method not in reads or method in baselines:
                 continue
             klass = reads[method]
             for metric in PAIRED_STAT:
