@@ -27,8 +27,8 @@ Baselines, each a row like a method (``cotcredit.report.baselines``): the string
 ``refdiff-solutions`` (... that leaves every listed solution) and ``refdiff-siblings`` (... every
 listed solution and every other right response to the problem), ``entropy`` (minus the model's
 mean token entropy per segment), ``random`` (the negative control), and the text-free
-``position`` and ``position-length``. The text-free two are fitted to each metric's own target, leave one
-trace out: for the locating metrics to the first-error segments of the other wrong-answer
+``position`` and ``position-length``. The text-free two are fitted to each metric's own target,
+leave one trace out: for the locating metrics to the first-error segments of the other wrong-answer
 traces of the same split (−1 there, 0 elsewhere: minus the rate at which the first error falls
 at that position), for MC tracking to the other traces' MC credits. So each metric meets the
 strongest position prior it has, not one fitted to something else.

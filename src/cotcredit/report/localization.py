@@ -17,8 +17,9 @@ Monte Carlo needed:
   chance, so "better than position" rests on an interval.
 
 CIs are 95% percentile bootstraps over the erroneous traces, or over their problems when
-``clusters`` says which problem each trace answers (one set of resamples for every row). An offset at or beyond the end of the last segment (the error is in the final answer, not
-the reasoning) or in no segment's span is counted under ``after_reasoning`` / ``outside_segments``
+``clusters`` says which problem each trace answers (one set of resamples for every row). An
+offset at or beyond the end of the last segment (the error is in the final answer, not the
+reasoning) or in no segment's span is counted under ``after_reasoning`` / ``outside_segments``
 and left out; so are traces with −1 (``no_error``) or null (``unknown``). In a table, a trace
 whose offset differs between rows, an offset below −1 or a value that is not an integer is a
 one-line error naming the table, the trace and the field.
