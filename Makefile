@@ -152,7 +152,8 @@ train-study-lookup: install
 # lookup study's script, then the compact tables (studies/bench/tables/, tracked) and the
 # leaderboard computed from them (studies/bench/leaderboard.md, comparisons.md, figure). Many
 # hours on 2 cores; every step resumes (rerun to continue; progress in studies/bench/run.log).
-# `python -m studies.bench.full tables` / `leaderboard` redo the last two steps alone.
+# `python -m studies.bench.full tables` / `leaderboard` redo the last two steps alone; `publish`
+# does both from whatever a run has finished, marking a regime whose held-out split lacks rows.
 bench: install
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 nice -n 10 $(PY) -m studies.bench.full 2>&1 \
 		| tee -a studies/bench/run.log

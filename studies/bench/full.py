@@ -6,6 +6,19 @@ and the leaderboard.
     python -m studies.bench.full hops            # hops: the lookup study's tables (hops.py)
     python -m studies.bench.full tables          # the compact tables, from the run's tables
     python -m studies.bench.full leaderboard     # the leaderboard, from the compact tables
+    python -m studies.bench.full publish --runs RUN... --hops HOPS   # tables + leaderboard
+
+`publish` is the step that makes the published leaderboard from whatever a run has finished
+(the two steps below in one command; rerun it when the run finishes more): each regime's
+held-out split is read from the first folder of `--runs` holding it, and only the tables that
+score every one of its traces are read. A regime whose held-out split lacks a row (not yet
+scored, or scored on part of its traces) is marked ‡ on the leaderboard, which lists the rows
+it lacks; a regime with no held-out split yet is listed as pending; a development split the
+run has not finished (no `metrics.csv`) is left out, so each row's baseline is chosen on the
+held-out split there and the leaderboard says so. The version-2 run, for instance:
+
+    python -m studies.bench.full publish --runs /work/runs/bench /work/runs/bench-groups \
+        --hops /work/runs/bench-hops
 
 1. `run`: `cotcredit.bench.run_bench` at the full size (`cotcredit.bench.sizes`) on the organism
    regimes and `groups`, with the value variants (`value_variants.yaml`), into `--run`
@@ -63,16 +76,81 @@ def split_folder(runs: list[Path], regime: str, split: str) -> Path | None:
                  if (r / regime / split / "segments.parquet").exists()), None)
 
 
-def read_organism(where: Path):
-    """A bench split's ``SplitData`` and records; tables written before the row labels were
-    renamed (``rredcot-siblings.parquet`` among them) are relabelled."""
-    from cotcredit.bench.splits import read_records, read_split
+def renamed(where: Path) -> dict[str, str]:
+    """The relabelling of a split's tables: ``RENAMED`` where they were written before the row
+    labels were renamed (its ``rredcot`` table is the one-reference estimator, or it holds a
+    ``rredcot-siblings`` table), else none."""
     from cotcredit.bench.variants import RENAMED
+    from cotcredit.store import io
+
+    if (where / "rredcot-siblings.parquet").exists():
+        return dict(RENAMED)
+    if (where / "rredcot.parquet").exists():
+        options = io.read_metadata(where / "rredcot.parquet").get("methods", {}).get("rredcot")
+        if (options or {}).get("references") == "solution":
+            return dict(RENAMED)
+    return {}
+
+
+def complete_tables(tables, ids: set[str], rename: dict[str, str] | None = None):
+    """The entries of ``tables`` (a path, or a path and the row labels to read from it) that
+    score every trace of ``ids``, each reduced to its complete labels, and label -> "k of n
+    traces" for the labels that score only part of them."""
+    from cotcredit.store import io
+
+    rename = rename or {}
+    done, partial = [], {}
+    for entry in tables:
+        path, wanted = entry if isinstance(entry, tuple) else (entry, None)
+        found = io.read_table(path, ["trace_id", "method"]).to_pandas()
+        found = found.loc[found["method"].isin(wanted)] if wanted is not None else found
+        cover = {str(m): set(g.astype(str)) & ids for m, g in found.groupby("method")["trace_id"]}
+        whole = [m for m, c in cover.items() if len(c) == len(ids)]
+        partial |= {rename.get(m, m): f"{len(c)} of {len(ids)} traces"
+                    for m, c in cover.items() if len(c) < len(ids)}
+        if len(whole) == len(cover) and wanted is None:
+            done.append(path)
+        elif whole:
+            done.append((path, whole))
+    return done, partial
+
+
+def pending_note(expected, present, partial: dict[str, str]) -> str:
+    """What a held-out split lacks of the rows ``expected`` ("" when nothing)."""
+    absent = [m for m in expected if m not in present and m not in partial]
+    parts = []
+    if absent:
+        parts.append("not yet scored: " + ", ".join(absent))
+    if partial:
+        parts.append("scored on part of the traces, left out: " + ", ".join(
+            f"{m} ({why})" for m, why in partial.items()))
+    return "; ".join(parts)
+
+
+def read_organism(where: Path, expected=None):
+    """A bench split's ``SplitData``, its records and what it lacks of the rows ``expected``
+    (``pending_note``; every table is read when ``expected`` is None). Tables written before
+    the row labels were renamed are relabelled (``renamed``)."""
+    from cotcredit.bench.splits import read_records, read_split
 
     tables = sorted(p for p in where.glob("*.parquet") if p.name not in NOT_METHODS)
-    old = (where / "rredcot-siblings.parquet").exists()
+    rename = renamed(where)
     records = read_records(where / "traces.jsonl")
-    return read_split(where, tables, records, rename=RENAMED if old else None), records
+    note = ""
+    if expected is not None:
+        tables, partial = complete_tables(tables, {str(r["id"]) for r in records}, rename)
+        data = read_split(where, tables, records, rename=rename)
+        note = pending_note(expected, set(data.row_labels()), partial)
+    else:
+        data = read_split(where, tables, records, rename=rename)
+    return data, records, note
+
+
+def expected_rows() -> list[str]:
+    """The rows every organism regime's held-out split scores: each method and variant, Monte
+    Carlo (its budgets follow from its rollouts)."""
+    methods, _ = row_reads()
+    return [m for m in methods if not m.startswith("mc-")] + ["mc"]
 
 
 def tables_step(runs: list[Path], hops_out: Path | None, dest: Path = TABLES) -> None:
@@ -86,27 +164,39 @@ def tables_step(runs: list[Path], hops_out: Path | None, dest: Path = TABLES) ->
     for regime in ORGANISMS:
         for split in SPLITS:
             where = split_folder(runs, regime, split)
+            if where is not None and split == "dev" and not (where / "metrics.csv").exists():
+                say(f"{regime} dev: not finished (no metrics.csv), left out")
+                where = None
             if where is None:
                 say(f"{regime} {split}: no run holds it")
                 continue
-            data, records = read_organism(where)
-            write_split(data, dest / regime / split, credits=split == "test")
+            test = split == "test"
+            data, records, pending = read_organism(where, expected_rows() if test else None)
+            write_split(data, dest / regime / split, credits=test)
             counts.setdefault(regime, {})[split] = summarize(records)
-            if split == "test":
-                _facts(dest / regime, [sibling_note(records)])
-            say(f"{regime} {split}: {len(records)} traces, {data.row_labels()}")
+            if test:
+                _facts(dest / regime, [sibling_note(records)], pending)
+            say(f"{regime} {split}: {len(records)} traces, {data.row_labels()}"
+                + (f"; incomplete: {pending}" if pending else ""))
     if hops_out is not None and (hops_out / "lookup" / "segments.parquet").exists():
-        data, records = hops.read(hops_out)
+        data, records, pending, aliases = hops.read(hops_out, complete=True)
         write_split(data, dest / "hops" / "test")
         counts["hops"] = {"test": summarize(records)}
-        _facts(dest / "hops", [hops.NOTE])
-        say(f"hops test: {len(records)} traces, {data.row_labels()}")
+        _facts(dest / "hops", [hops.NOTE, aliases], pending)
+        say(f"hops test: {len(records)} traces, {data.row_labels()}"
+            + (f"; incomplete: {pending}" if pending else ""))
     (HERE / "trace_sets.json").write_text(json.dumps(counts, indent=1) + "\n")
 
 
-def _facts(folder: Path, notes: list[str]) -> None:
+def _facts(folder: Path, notes: list[str], pending: str = "") -> None:
+    """The regime's notes (``notes.json``) and, when its held-out split lacks rows, what it
+    lacks (``pending.json``; removed once nothing is)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "notes.json").write_text(json.dumps([n for n in notes if n], indent=1) + "\n")
+    if pending:
+        (folder / "pending.json").write_text(json.dumps(pending) + "\n")
+    else:
+        (folder / "pending.json").unlink(missing_ok=True)
 
 
 def row_reads() -> tuple[list[str], dict[str, str]]:
@@ -144,6 +234,8 @@ def regime_results(name: str, dest: Path = TABLES, n_boot: int = 2000):
             notes = json.loads((dest / name / "notes.json").read_text())
             facts = {"description": regime.description, "hypothesis": regime.hypothesis,
                      **split_facts(m, data.labels), "notes": [*notes, *m.notes]}
+            if (dest / name / "pending.json").exists():
+                facts["pending"] = json.loads((dest / name / "pending.json").read_text())
             if regime.string_labels:
                 facts["string_labels"] = regime.string_labels
     results = pd.concat(parts, ignore_index=True)
@@ -166,7 +258,8 @@ def leaderboard_step(run: Path, dest: Path = TABLES, out: Path = HERE) -> None:
             results, facts[name] = regime_results(name, dest)
             parts.append(results)
         else:
-            facts[name] = {"missing": "its tables were not made in this run"}
+            facts[name] = {"missing": "pending: no finished held-out split when this "
+                                      "leaderboard was made"}
     results = pd.concat(parts, ignore_index=True)
     methods, reads = row_reads()
     board = leaderboard(results, methods, BASELINES, "mc", reads)
@@ -212,8 +305,8 @@ def figure(board, path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("step", nargs="?", choices=("all", "run", "hops", "tables", "leaderboard"),
-                    default="all")
+    ap.add_argument("step", nargs="?", default="all",
+                    choices=("all", "run", "hops", "tables", "leaderboard", "publish"))
     ap.add_argument("--run", type=Path, default=HERE / "run", help="the bench folder")
     ap.add_argument("--runs", type=Path, nargs="*", default=None,
                     help="tables: the run folders to read [default: --run]")
@@ -232,9 +325,9 @@ def main(argv=None) -> int:
 
         say(f"hops into {hops_out}")
         hops.score(hops_out)
-    if args.step in ("all", "tables"):
+    if args.step in ("all", "tables", "publish"):
         tables_step(args.runs or [args.run], hops_out)
-    if args.step in ("all", "leaderboard"):
+    if args.step in ("all", "leaderboard", "publish"):
         leaderboard_step(args.run)
     return code
 

@@ -34,6 +34,8 @@ STUDY = ROOT / "studies" / "lookup_study"
 #: with today's defaults it is no longer the one-reference estimator, which `variants` scores.
 TABLES = {"rredcot_rhat.parquet": ("rredcot-rhat",), "loo.parquet": ("loo",),
           "attr.parquet": ("shapley", "gradient-ig"), "mc.parquet": ("mc",)}
+#: The lookup study's rows scored on its first ``FIRST`` traces only.
+FIRST, FIRST_ONLY = 60, ("shapley", "gradient-ig", "mc")
 NOTE = ("hops: scored as the lookup study scores it (studies/bench/hops.py): Monte Carlo "
         "(24 rollouts per boundary, at most 96 new tokens), Shapley and integrated gradients on "
         "the first 60 of the 240 traces, every other row on all 240; every paired difference is "
@@ -66,20 +68,36 @@ def score(out: Path) -> None:
     run_study.main(["--out", str(lookup)])
 
 
-def read(out: Path):
-    """The held-out split's ``SplitData`` (``cotcredit.bench.splits``) and the labelled
-    records, from the tables ``score`` wrote."""
+def read(out: Path, complete: bool = False):
+    """The held-out split's ``SplitData`` (``cotcredit.bench.splits``), the labelled records,
+    what the split lacks (``full.pending_note``: "" when nothing) and which rows are another's
+    under a second label (``value_variants.alias_note``), from the tables ``score`` wrote.
+    ``complete``: read only the rows that score every trace they should (all 240; the first
+    60 for Monte Carlo, Shapley and gradients), as ``full.py publish`` does."""
     from cotcredit.bench.splits import read_records, read_split
-    from studies.bench.value_variants import alias_rows
+    from studies.bench.full import complete_tables, pending_note
+    from studies.bench.value_variants import alias_note, alias_rows, variants
 
     lookup = out / "lookup"
     records = read_records(out / "cache" / "hops" / "test" / "traces.jsonl")
     tables = [(lookup / name, labels) for name, labels in TABLES.items()
               if (lookup / name).exists()]
     tables += sorted((out / "variants").glob("*.parquet"))
+    partial = {}
+    if complete:
+        ids = [str(r["id"]) for r in read_records(lookup / "traces.jsonl")]
+        first = [t for t in tables if isinstance(t, tuple) and t[1][0] in FIRST_ONLY]
+        rest = [t for t in tables if t not in first]
+        done_first, part_first = complete_tables(first, set(ids[:FIRST]))
+        done_rest, partial = complete_tables(rest, set(ids))
+        tables, partial = done_first + done_rest, {**part_first, **partial}
     data = read_split(lookup, tables, records, lookup / "rollouts.parquet")
+    scored = set(data.row_labels())
     data.credits = alias_rows(data.credits, records)
-    return data, records
+    data.costs = alias_rows(data.costs, records)
+    expected = [*(label for labels in TABLES.values() for label in labels), *variants()]
+    return (data, records, pending_note(expected, set(data.row_labels()), partial),
+            alias_note(scored, records))
 
 
 def main(argv=None) -> None:

@@ -76,6 +76,22 @@ def alias_rows(scores: pd.DataFrame, records: list[dict]) -> pd.DataFrame:
         scores = pd.concat([scores, *extra], ignore_index=True)
 
 
+def alias_note(scored: set[str], records: list[dict]) -> str:
+    """What the leaderboard says of the rows ``alias_rows`` copies where only the other label
+    of the pair was ``scored`` ("" when none)."""
+    same = same_as(records)
+    shown = dict(same)
+    for label in same:  # resolve chains to the label that was scored
+        while shown[label] in same and shown[label] not in scored:
+            shown[label] = same[shown[label]]
+    copied = {label: src for label, src in shown.items() if src in scored and label not in scored}
+    if not copied:
+        return ""
+    return ("The same computation under two labels here (one reference, one sample per "
+            "problem: studies/bench/value_variants.py): " + ", ".join(
+                f"{label} is {src}" for label, src in copied.items()) + ".")
+
+
 def _read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

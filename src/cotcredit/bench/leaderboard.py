@@ -196,12 +196,17 @@ def render_markdown(board: pd.DataFrame, regimes: dict[str, dict] | None = None,
     names = list(dict.fromkeys(board["regime"]))
 
     def head(r: str) -> str:
-        return f"{r} †" if regimes.get(r, {}).get("string_labels") else r
+        info = regimes.get(r, {})
+        return r + (" †" if info.get("string_labels") else "") + (
+            " ‡" if info.get("pending") else "")
 
     lines = [f"# {title}", "", INTRO, ""]
     if any(regimes.get(r, {}).get("string_labels") for r in names):
         lines += ["†: labels defined by string comparison (no trace has every step right; "
                   "see the regime's notes): not a test of string-based rows.", ""]
+    if any(regimes.get(r, {}).get("pending") for r in names):
+        lines += ["‡: the held-out split was incomplete when this leaderboard was made: the "
+                  "rows it lacks are listed under the regime.", ""]
     lines += ["## Localization (top-1) by regime", "",
               "▲/▼: paired with the row's own baseline (the regime tables name it).", ""]
     cols = ["method", *map(head, names)]
@@ -248,6 +253,8 @@ def render_markdown(board: pd.DataFrame, regimes: dict[str, dict] | None = None,
                       "split, so its paired differences are not confirmatory.", ""]
         if info.get("string_labels"):
             lines += [f"† Labels defined by string comparison: {info['string_labels']}.", ""]
+        if info.get("pending"):
+            lines += [f"‡ Held-out split incomplete: {info['pending']}.", ""]
         ceiling = own["mc_ceiling"].dropna()
         if len(ceiling):
             lines += [f"Agreement ceiling of error-free values with this Monte Carlo: "
