@@ -40,7 +40,7 @@ def same(a, b) -> bool:
         return text(a) == text(b)
     if not (math.isfinite(a) or math.isfinite(b)):
         return True
-    return math.isclose(a, b, rel_tol=2e-6, abs_tol=1e-9)  # the csv keeps 6 digits
+    return math.isclose(a, b, rel_tol=5e-6, abs_tol=1e-9)  # the csv keeps 6 digits
 
 
 def compare(board: pd.DataFrame, mine: pd.DataFrame, columns) -> list[str]:
