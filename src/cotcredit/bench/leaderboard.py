@@ -163,10 +163,14 @@ def _rate(row: pd.Series, key: str, n_key: str) -> str:
     return f"{_ci(row, key)} (n {int(row[n_key])})"
 
 
-def _blame(row: pd.Series, key: str) -> str:
+def _with_chance(row: pd.Series, key: str, chance: str, n: str) -> str:
     if not math.isfinite(row[key]):
         return EMPTY
-    return f"{_ci(row, key)} (chance {fmt(row[f'{key}_chance'], 2)}, n {int(row[f'{key}_n'])})"
+    return f"{_ci(row, key)} (chance {fmt(row[chance], 2)}, n {int(row[n])})"
+
+
+def _blame(row: pd.Series, key: str) -> str:
+    return _with_chance(row, key, f"{key}_chance", f"{key}_n")
 
 
 def _label(row: pd.Series) -> str:
@@ -176,7 +180,8 @@ def _label(row: pd.Series) -> str:
 
 INTRO = (
     "Held-out traces of each regime. Localization: top-1 rate of the lowest-credit segment "
-    "holding the first wrong step, on traces with a wrong step and a wrong answer. MC: mean "
+    "holding the first wrong step, on traces with a wrong step and a wrong answer, beside "
+    "chance (mean 1/K over the same traces: a line drawn at random). MC: mean "
     "per-trace Spearman with Monte Carlo credits. False blame: how often the lowest credit "
     "lands on a valid departure from the reference (correct traces) or on a wrong step that "
     "the answer survived, beside chance; lower is better. [reads]: what a row reads (none, one "
@@ -259,14 +264,15 @@ def render_markdown(board: pd.DataFrame, regimes: dict[str, dict] | None = None,
         if len(ceiling):
             lines += [f"Agreement ceiling of error-free values with this Monte Carlo: "
                       f"{fmt(float(ceiling.iloc[0]))}.", ""]
-        cols = ["method [reads]", "localization (n)", "Δ its baseline", "mean rank",
+        cols = ["method [reads]", "localization (chance, n)", "Δ its baseline", "mean rank",
                 "MC Spearman (n)", "Δ its baseline", "blame: valid path",
                 "Δ its baseline", "blame: wrong step, right answer", "Δ its baseline",
                 "s/trace", "tokens/trace"]
         lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for _, row in own.iterrows():
             lines.append("| " + " | ".join([
-                _label(row), _rate(row, "loc_top1", "loc_n"), _paired(row, "loc"),
+                _label(row), _with_chance(row, "loc_top1", "loc_chance", "loc_n"),
+                _paired(row, "loc"),
                 fmt(row["loc_mean_rank"], 2), _rate(row, "mc_spearman", "mc_n"),
                 _paired(row, "mc"), _blame(row, "blame_departure"),
                 _paired(row, "blame_departure"), _blame(row, "blame_wrong_step"),
