@@ -166,7 +166,7 @@ def tables_step(runs: list[Path], hops_out: Path | None, dest: Path = TABLES) ->
             where = split_folder(runs, regime, split)
             if where is not None and split == "dev" and not (where / "metrics.csv").exists():
                 say(f"{regime} dev: not finished (no metrics.csv), left out")
-                where = None
+                continue
             if where is None:
                 say(f"{regime} {split}: no run holds it")
                 continue
