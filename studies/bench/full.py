@@ -128,9 +128,10 @@ def pending_note(expected, present, partial: dict[str, str]) -> str:
 
 
 def read_organism(where: Path, expected=None):
-    """A bench split's ``SplitData``, its records and what it lacks of the rows ``expected``
-    (``pending_note``; every table is read when ``expected`` is None). Tables written before
-    the row labels were renamed are relabelled (``renamed``)."""
+    """A bench split's ``SplitData`` (None: no row scores every trace yet), its records and
+    what it lacks of the rows ``expected`` (``pending_note``; every table is read when
+    ``expected`` is None). Tables written before the row labels were renamed are relabelled
+    (``renamed``)."""
     from cotcredit.bench.splits import read_records, read_split
 
     tables = sorted(p for p in where.glob("*.parquet") if p.name not in NOT_METHODS)
@@ -139,6 +140,8 @@ def read_organism(where: Path, expected=None):
     note = ""
     if expected is not None:
         tables, partial = complete_tables(tables, {str(r["id"]) for r in records}, rename)
+        if not tables:
+            return None, records, pending_note(expected, set(), partial)
         data = read_split(where, tables, records, rename=rename)
         note = pending_note(expected, set(data.row_labels()), partial)
     else:
@@ -172,6 +175,9 @@ def tables_step(runs: list[Path], hops_out: Path | None, dest: Path = TABLES) ->
                 continue
             test = split == "test"
             data, records, pending = read_organism(where, expected_rows() if test else None)
+            if data is None:
+                say(f"{regime} {split}: no row scores every trace yet ({pending}), left out")
+                continue
             write_split(data, dest / regime / split, credits=test)
             counts.setdefault(regime, {})[split] = summarize(records)
             if test:
