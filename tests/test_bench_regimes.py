@@ -50,10 +50,11 @@ def label(regime: str, problem: Problem, response: str):
 
 # ---- the registry and the generators ---------------------------------------------------------
 def test_registry_order_and_unknown_name():
-    assert list(REGIMES) == ["unique", "multipath", "forecast", "long", "hops"]
+    assert list(REGIMES) == ["unique", "multipath", "forecast", "long", "groups", "hops"]
     with pytest.raises(UserError) as e:
         get_regime("nope")
-    assert "\n" not in str(e.value) and "unique, multipath, forecast, long, hops" in str(e.value)
+    assert "\n" not in str(e.value)
+    assert "unique, multipath, forecast, long, groups, hops" in str(e.value)
     for r in REGIMES.values():
         assert r.description and r.hypothesis and r.exit_string == EXIT
         assert {"temperature", "top_p", "max_new_tokens"} <= set(r.sampling)
