@@ -193,6 +193,8 @@ def tables_step(runs: list[Path], hops_out: Path | None, dest: Path = TABLES) ->
         say(f"hops test: {len(records)} traces, {data.row_labels()}"
             + (f"; incomplete: {pending}" if pending else ""))
     (HERE / "trace_sets.json").write_text(json.dumps(counts, indent=1) + "\n")
+    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+    say(f"compact tables: {size / 1e3:.0f} kB in {dest}")
 
 
 def _facts(folder: Path, notes: list[str], pending: str = "") -> None:
