@@ -124,6 +124,14 @@ def test_line_spans_tile_the_tokens_by_line():
     assert line_spans("one line", [0, 3]) == [(0, 2)]
 
 
+def test_line_spans_give_a_blank_line_its_own_span():
+    # The checkers count a blank line as a step (`bench.lines.split_lines`): its "\n" token
+    # must not join the line before it, or a blank first wrong step penalises a right line.
+    text = "1 + 2 = 3\n\n3 + 4 = 7"
+    starts = [0, 2, 4, 6, 8, 9, 10, 11, 13, 15, 17, 19]  # tokens 5 and 6 are the two "\n"
+    assert line_spans(text, starts) == [(0, 6), (6, 7), (7, 12)]
+
+
 @pytest.fixture(scope="module")
 def unique():
     from transformers import AutoTokenizer
@@ -164,6 +172,21 @@ def test_oracle_penalises_the_first_wrong_step_and_what_follows(unique):
     lucky = p.solution.replace(lines[0], lines[0] + " 7", 1)
     assert oracle([1], _ids(tokenizer, lucky), example=example) is None
     assert oracle.located == 1 and oracle.calls == 3
+
+
+def test_oracle_penalises_a_blank_first_wrong_step_not_the_line_before(unique):
+    tokenizer, problems = unique
+    p = problems[0]
+    lines = p.solution.split("\n")
+    # Step 2 is a blank line (the first error), and the answer is wrong.
+    text = "\n".join([lines[0], "", *lines[1:-1], f"The answer is {int(p.answer) + 1}."])
+    oracle = OracleCredit(tokenizer, regime_check("unique", problems))
+    label = oracle.check({"problem_id": p.id}, text)
+    assert (label.first_error_step, label.error_kind) == (2, "garbled")
+    ids = _ids(tokenizer, text)
+    rewards, spans = oracle([1], ids, example={"problem_id": p.id, "answer": p.answer})
+    assert rewards[0] == 0.0 and set(rewards[1:]) == {-1.0}  # the right first line is spared
+    assert tokenizer.decode(ids[spans[0][0]:spans[0][1]]) == lines[0] + "\n"
 
 
 def test_oracle_with_its_own_checker_and_errors(unique):

@@ -45,7 +45,7 @@ from cotcredit.lm.encoding import EncodedTrace, completion_text
 from cotcredit.lm.generation import SamplingOptions
 from cotcredit.lm.sampling import HFGenerator
 from cotcredit.methods.mc import interpolate, scored_boundaries
-from cotcredit.segmentation import SegmentOptions, line_starts, segment_encoded
+from cotcredit.segmentation import SegmentOptions, segment_encoded
 from cotcredit.training.online import unwrap
 from cotcredit.training.scoring import OneAtATime, PolicySegmentRewards, prompt_text
 
@@ -56,11 +56,16 @@ SegmentRewards = tuple[list[float], list[tuple[int, int]]]
 # ---- oracle ----------------------------------------------------------------------------------
 def line_spans(text: str, token_starts: Sequence[int]) -> list[tuple[int, int]]:
     """Token spans of the lines of `text`: token i belongs to the line its first character is
-    on (`token_starts[i]`); the spans tile tokens 0..len(token_starts)."""
+    on (`token_starts[i]`); the spans tile tokens 0..len(token_starts). Lines are cut as the
+    checkers cut them (``str.splitlines``), so a blank line that holds a token is a span of
+    its own: a blank first wrong step must not take the right line before it along."""
     n = len(token_starts)
     if n == 0:
         return []
-    starts = sorted(line_starts(text))
+    starts, end = [], 0
+    for line in text.splitlines(keepends=True)[:-1]:
+        end += len(line)
+        starts.append(end)
     spans: list[tuple[int, int]] = []
     begin, line = 0, 0
     for i, char in enumerate(token_starts):
