@@ -61,6 +61,14 @@ def test_credit_sources_and_their_sections(tmp_path):
     assert (cfg.advantage, cfg.credit.form, cfg.oracle.regime) == ("shuffled", "segment-rewards",
                                                                   "multipath")
     assert (cfg.mc.rollouts, cfg.mc.max_boundaries, cfg.mc.temperature) == (2, 3, None)
+    assert cfg.oracle.span == "rest"  # the default: today's oracle
+    first = load_config(write(tmp_path, MINIMAL + (
+        "advantage: oracle\ncredit: {form: segment-rewards}\n"
+        "oracle: {regime: unique, span: first}\n")))
+    assert (first.advantage, first.credit.form, first.oracle.span) == (
+        "oracle", "segment-rewards", "first")
+    assert error_of(tmp_path, MINIMAL + "oracle: {regime: unique, span: all}\n") == (
+        "oracle.span: must be 'rest' or 'first' (got 'all')")
     assert error_of(tmp_path, MINIMAL + "advantage: oracle\n") == (
         "the oracle credit needs 'oracle.regime' (a bench regime whose checker judges the steps)")
     assert error_of(tmp_path, MINIMAL + "advantage: oracle\noracle: {regime: nope}\n").startswith(

@@ -174,6 +174,88 @@ def test_oracle_penalises_the_first_wrong_step_and_what_follows(unique):
     assert oracle.located == 1 and oracle.calls == 3
 
 
+def _slip_then_right(p) -> str:
+    """A completion of `p` with one wrong step (line 2) and every later line right from it on."""
+    lines = p.solution.split("\n")
+    a, op, b, _, c = lines[1].split()
+    wrong = str(int(c) + 1)
+    rest = "\n".join(f"{wrong} {x.split()[1]} {x.split()[2]} = 0" for x in lines[2:-1])
+    return "\n".join([lines[0], f"{a} {op} {b} = {wrong}", rest, "The answer is 0."])
+
+
+def test_oracle_first_span_labels_the_first_wrong_line_only(unique):
+    tokenizer, problems = unique
+    p = problems[0]
+    check = regime_check("unique", problems)
+    rest, first = OracleCredit(tokenizer, check), OracleCredit(tokenizer, check, span="first")
+    assert rest.span == "rest"  # the default: every line from the first wrong one on
+    example = {"problem_id": p.id, "answer": p.answer}
+    ids = _ids(tokenizer, _slip_then_right(p))
+    (r_rest, s_rest), (r_first, s_first) = rest([1], ids, example=example), first(
+        [1], ids, example=example)
+    assert s_first == s_rest  # the same lines
+    assert r_first == [0.0, -1.0] + [0.0] * (len(s_rest) - 2)  # the later lines are neutral
+    assert r_rest == [0.0] + [-1.0] * (len(s_rest) - 1)
+    # The first line wrong: −1 on it alone.
+    class Label:
+        correct, error_char = False, 0
+
+    early = OracleCredit(tokenizer, lambda example, response: Label, span="first")
+    rewards, _ = early([1], _ids(tokenizer, "1 + 1 = 3\nThe answer is 3."), example={})
+    assert rewards == [-1.0, 0.0]
+    assert first([1], _ids(tokenizer, p.solution), example=example) is None  # right: GRPO
+    with pytest.raises(ValueError, match="span must be one of"):
+        OracleCredit(tokenizer, check, span="all")
+
+
+def test_oracle_span_from_a_train_config(unique, tmp_path):
+    from cotcredit.training.config import load_config
+    from cotcredit.training.credit import credit_source
+
+    tokenizer, problems = unique
+    for span in ("rest", "first"):
+        path = tmp_path / f"{span}.yaml"
+        path.write_text("train_file: t.jsonl\noutput_dir: out\nadvantage: oracle\n"
+                        f"oracle: {{regime: unique, span: {span}}}\n")
+        source = credit_source(load_config(path), None, tokenizer, problems)
+        assert isinstance(source, OracleCredit) and source.span == span
+
+
+@pytest.mark.parametrize("form", ["reweight", "segment-rewards"])
+def test_oracle_spans_through_the_advantage_forms(unique, form):
+    """A wrong and a right completion of one group: the right one keeps its plain advantage
+    whatever the span, the wrong one's total stays A · n (the forms' invariant), `rest` is the
+    advantage of today's labels computed directly, and `first` puts the wrong line below
+    every other line while the lines after it get what the lines before it get."""
+    tokenizer, problems = unique
+    p = problems[0]
+    check = regime_check("unique", problems)
+    example = {"problem_id": p.id, "answer": p.answer}
+    wrong, right = _ids(tokenizer, _slip_then_right(p)), _ids(tokenizer, p.solution)
+    width = max(len(wrong), len(right))
+    mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in (wrong, right)])
+    plain = torch.tensor([-0.7, 0.7], dtype=torch.float64)
+    rows = {}
+    for span in ("rest", "first"):
+        scored = OracleCredit(tokenizer, check, span=span).score_batch(
+            [[1], [1]], [wrong, right], [example, example])
+        assert scored[1] is None
+        rows[span] = batch_token_advantages(
+            plain, [s and s[0] for s in scored], [s and s[1] for s in scored], mask, form=form,
+            scales=[2.0, 2.0])
+        torch.testing.assert_close(rows[span][1, :len(right)],
+                                   torch.full((len(right),), 0.7, dtype=torch.float64))
+        assert rows[span][0].sum().item() == pytest.approx(-0.7 * len(wrong))
+    _, spans = OracleCredit(tokenizer, check)([1], wrong, example=example)
+    today = segment_token_advantages(-0.7, [0.0] + [-1.0] * (len(spans) - 1), spans, len(wrong),
+                                     form=form, scale=2.0)
+    np.testing.assert_array_equal(rows["rest"][0].numpy(), today)
+    first = rows["first"][0].numpy()
+    per_line = [first[s] for s, _ in spans]
+    assert per_line[1] < min(per_line[:1] + per_line[2:])  # the wrong line: the most penalty
+    assert per_line[0] == pytest.approx(per_line[2]) == pytest.approx(per_line[-1])
+
+
 def test_oracle_penalises_a_blank_first_wrong_step_not_the_line_before(unique):
     tokenizer, problems = unique
     p = problems[0]

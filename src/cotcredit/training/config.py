@@ -46,7 +46,8 @@ shuffled); ``credit`` says how its segment rewards become token advantages (``ad
 
     advantage: oracle
     credit: {form: segment-rewards, segments: lines}   # form default: reweight (strength, floor)
-    oracle: {regime: unique}    # the training problems carry the regime's meta field
+    oracle: {regime: unique}    # the training problems carry the regime's meta field;
+                                # span: rest (default) | first, the lines a wrong one's −1 covers
     mc: {rollouts: 4}           # samples per segment boundary
 
 ``rredcot`` takes any option of ``methods.rredcot.RredcotOptions`` and ``terminal_in_weights``.
@@ -181,6 +182,9 @@ class OracleOptions(_Section):
     """The ``oracle`` credit source: a bench regime's checker judges each completion's steps."""
 
     regime: str | None = None  # cotcredit.bench regime (unique, multipath, forecast, long)
+    # which lines of a wrong completion get −1: every line from the first wrong step on
+    # (rest), or that step's line alone (first: a value difference; training.credit)
+    span: Literal["rest", "first"] = "rest"
 
 
 class LoraOptions(_Section):

@@ -20,7 +20,10 @@ two advantage forms (``advantages``) treat them alike:
   that many evenly spaced boundaries and interpolates V between them (``methods.mc``).
 - ``oracle`` (``OracleCredit``): the task's checker. A wrong completion whose checker locates a
   first wrong step gets reward −1 on every line from that step's line to its end and 0 on the
-  lines before it; every other completion (correct, or wrong without a located step) gets
+  lines before it (``span="rest"``), or −1 on that line alone and 0 on every other
+  (``span="first"``: the change in whether the state can still reach the right answer, a
+  value difference; on long chains ``rest`` also penalises right steps and right stops after
+  the first error); every other completion (correct, or wrong without a located step) gets
   None, i.e. plain GRPO. It needs no model: lines are cut from the completion's text. The
   positive control: the credit a perfect step checker would give.
 - ``shuffled``: another source's rewards permuted within each completion (the trainer's
@@ -50,6 +53,7 @@ from cotcredit.training.online import unwrap
 from cotcredit.training.scoring import OneAtATime, PolicySegmentRewards, prompt_text
 
 SOURCES = ("grpo", "rredcot", "mc", "oracle", "shuffled")
+ORACLE_SPANS = ("rest", "first")  # which lines of a wrong completion the oracle's −1 covers
 SegmentRewards = tuple[list[float], list[tuple[int, int]]]
 
 
@@ -85,8 +89,9 @@ Check = Callable[[dict, str], Any]  # (dataset row, response) -> object with cor
 
 class OracleCredit(OneAtATime):
     """Segment rewards from a checker (see the module docstring): per line of the completion, −1
-    from the first wrong step's line on and 0 before it, for wrong completions whose first wrong
-    step the checker locates; None otherwise.
+    from the first wrong step's line on and 0 before it (``span="rest"``), or −1 on the first
+    wrong step's line only (``span="first"``), for wrong completions whose first wrong step the
+    checker locates; None otherwise.
 
     ``check(example, response)`` returns an object with ``correct`` (bool) and ``error_char``
     (where the first wrong step starts in ``response``; −1: none), e.g. a bench regime's
@@ -94,9 +99,12 @@ class OracleCredit(OneAtATime):
     functions grade it (decoded without special tokens).
     """
 
-    def __init__(self, tokenizer, check: Check):
+    def __init__(self, tokenizer, check: Check, span: str = "rest"):
+        if span not in ORACLE_SPANS:
+            raise ValueError(f"span must be one of {ORACLE_SPANS}, got {span!r}")
         self.tokenizer = tokenizer
         self.check = check
+        self.span = span
         self.calls = 0  # completions looked at
         self.located = 0  # wrong completions whose first wrong step was located
 
@@ -114,7 +122,8 @@ class OracleCredit(OneAtATime):
             self.located += 1
             spans = line_spans(text, starts)
             first = max(i for i, (s, _) in enumerate(spans) if i == 0 or starts[s] <= error)
-            out.append(([0.0 if i < first else -1.0 for i in range(len(spans))], spans))
+            end = len(spans) if self.span == "rest" else first + 1  # lines [first, end) get −1
+            out.append(([-1.0 if first <= i < end else 0.0 for i in range(len(spans))], spans))
         return out
 
 
@@ -339,5 +348,6 @@ def credit_source(cfg, model, tokenizer, problems: Sequence[DataProblem], *,
             max_boundaries=cfg.mc.max_boundaries, seed=cfg.seed, model_options=model_options,
         )
     if source == "oracle":
-        return OracleCredit(tokenizer, regime_check(cfg.oracle.regime, problems))
+        return OracleCredit(tokenizer, regime_check(cfg.oracle.regime, problems),
+                            span=cfg.oracle.span)
     raise ValueError(f"unknown credit source {source!r}; known: {', '.join(SOURCES)}")
