@@ -11,17 +11,24 @@ import pytest
 import yaml
 
 from studies.training_regime import summarize as S
+from studies.training_regime.run_study import FIRST_ERROR_SETUPS
 from studies.training_regime.setups import SETUPS, _first, run_config
 
 
-def _table(gains: dict[str, tuple[float, float]], seeds=range(8), cost=None, noise=0.0):
-    """Runs of grpo / oracle / oracle-sr per setup: grpo online 0.5, the oracle forms 0.5 plus
-    their gain (reweight, segment-rewards), alternating +-noise by seed."""
+def _table(gains: dict[str, tuple[float, ...]], seeds=range(8), cost=None, noise=0.0):
+    """Runs of grpo and the oracle arms per setup: grpo online 0.5, each oracle arm 0.5 plus
+    its gain, alternating +-noise by seed. Gains: (oracle, oracle-sr) and, on a long setup,
+    (oracle-first, oracle-first-sr) after them; left out there, the first-error arms run
+    0.05 below grpo."""
     rows = []
-    for setup, (g_rw, g_sr) in gains.items():
+    for setup, setup_gains in gains.items():
+        arms = ["oracle", "oracle-sr"]
+        if setup in FIRST_ERROR_SETUPS:
+            arms += ["oracle-first", "oracle-first-sr"]
+            setup_gains = (*setup_gains, -0.05, -0.05)[:4]
         for s in seeds:
             e = noise if s % 2 else -noise
-            for arm, g in (("grpo", 0.0), ("oracle", g_rw), ("oracle-sr", g_sr)):
+            for arm, g in (("grpo", 0.0), *zip(arms, setup_gains, strict=True)):
                 rows.append({"regime": setup, "arm": arm, "seed": s, "online": 0.5 + g + e * (
                     arm != "grpo"), "final": 0.5, "step_seconds": (cost or {}).get(setup, 1.0),
                     "credit_seconds": 0.0})
@@ -62,6 +69,79 @@ def test_pilot_choice_waits_for_stage1_and_uses_only_stage2_seeds_for_the_gain()
     choice = S.pilot_choice(full, SETS)
     assert choice["stage2"]["long"]["reweight"]["gain"] == pytest.approx(0.01)
     assert not choice["passed"]
+
+
+def test_pilot_choice_takes_each_long_setups_better_oracle_span():
+    """Amendment 3: a long candidate's score is its best oracle arm's stage-1 gain, its span
+    that arm's (rest on a tie); stage 2 is judged in that span; unique-g4 has only `rest`."""
+    t = _table({"long": (0.0, 0.01, 0.02, 0.06), "long-g4": (0.04, 0.0, 0.04, 0.0),
+                "long-hard": (0.0, 0.0, 0.01, 0.0), "unique-g4": (0.0, 0.0)}, noise=0.004,
+               cost={"long": 3.0, "long-g4": 4.0})
+    choice = S.pilot_choice(t, SETS)
+    assert choice["span"] == {"long": "first", "long-g4": "rest", "long-hard": "first",
+                              "unique-g4": "rest"}
+    assert choice["stage1_scores"]["long"] == pytest.approx(0.06)
+    assert choice["stage1_span_scores"]["long"] == pytest.approx({"rest": 0.01, "first": 0.06})
+    assert choice["ranking"][:2] == ["long", "long-g4"]
+    assert choice["stage2"]["long"]["segment-rewards"]["gain"] == pytest.approx(0.06)
+    assert (choice["chosen"], choice["form"], choice["oracle_arm"]) == (
+        "long", "segment-rewards", "oracle-first-sr")
+    plan = S.power_plan(t, "long", "segment-rewards", span="first")
+    assert plan["oracle_arm"] == "oracle-first-sr" and plan["delta"] == pytest.approx(0.03)
+    # A long candidate without its first-error runs: stage 1 is not complete.
+    assert not S.pilot_choice(t[t.arm != "oracle-first"], SETS)["complete"]
+
+
+def test_the_pilot_runs_the_first_error_oracle_on_the_long_setups(tmp_path, monkeypatch):
+    """`run_study pilot` would run oracle-first and oracle-first-sr in stage 1 of the long
+    setups only, and stage 2 in the span stage 1 chose (nothing is trained here)."""
+    from studies.training_regime import run_study
+
+    plans = []
+    monkeypatch.setattr(run_study, "run_plan", lambda out, phase, todo, steps, split:
+                        plans.append(todo))
+    monkeypatch.setattr(run_study, "start_accuracy", lambda out, setup: {"accuracy": 0.5})
+    monkeypatch.setattr(S, "runs_table", lambda out, phase, steps: None)
+    monkeypatch.setattr(S, "pilot_choice", lambda table: {
+        "stage2_order": ["long"], "span": {"long": "first"}, "passed": True})
+    run_study.pilot(tmp_path, 150)
+    stage1, stage2 = plans
+    arms = {(setup, arm) for setup, _, arm in stage1}
+    for setup in SETS:
+        first = {(setup, "oracle-first"), (setup, "oracle-first-sr")}
+        assert first <= arms if setup != "unique-g4" else not first & arms
+        assert {(setup, "grpo"), (setup, "oracle"), (setup, "oracle-sr")} <= arms
+    assert len(stage1) == 2 * (3 * 5 + 3) and [s for _, s, _ in stage1[:18]] == [0] * 18
+    assert stage2 == [("long", seed, a) for seed in range(2, 8)
+                      for a in ("grpo", "oracle-first", "oracle-first-sr")]
+
+
+def test_first_error_arms_configure_the_oracle_span(tmp_path):
+    from cotcredit.training.config import load_config
+
+    for arm, advantage in (("oracle-first", "oracle"), ("oracle-first-sr", "oracle"),
+                           ("shuffled-first-sr", "shuffled"), ("oracle", "oracle")):
+        cfg = load_config(run_config(tmp_path, "p", SETUPS["long"], arm, 0, 150))
+        assert (cfg.advantage, cfg.oracle.regime) == (advantage, "long")
+        assert cfg.oracle.span == ("rest" if arm == "oracle" else "first")
+        assert cfg.credit.form == ("segment-rewards" if arm.endswith("-sr") else "reweight")
+        assert advantage != "shuffled" or cfg.credit.shuffled == "oracle"
+
+
+def test_main_summary_compares_with_the_first_error_controls():
+    """A main study on the first-error oracle: every arm is compared with oracle-first and
+    shuffled-first (its own controls), under the columns the rest oracle's would have."""
+    rows = [{"regime": "long", "arm": arm, "seed": s, "online": 0.5 + g + 0.001 * s * (
+        arm == "rredcot"), "final": 0.5, "step_seconds": 1.0, "credit_seconds": 0.0}
+            for s in range(4) for arm, g in (("grpo", 0.0), ("oracle-first", 0.04),
+                                              ("shuffled-first", -0.01), ("rredcot", 0.01))]
+    table = pd.DataFrame(rows)
+    assert S.control_span(table.arm) == "first"
+    assert S.control_span([*table.arm, "oracle"]) == "rest"
+    row = next(r for r in S.summary_rows(table) if r["arm"] == "rredcot")
+    assert row["online_vs_shuffled"] == pytest.approx(0.02 + 0.0015)
+    assert row["online_vs_oracle"] == pytest.approx(-0.03 + 0.0015)
+    assert row["online_vs_shuffled_n"] == 4 and math.isfinite(row["recovered"])
 
 
 def test_sd_upper_bound_is_the_chi_square_bound():

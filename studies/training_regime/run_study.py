@@ -190,6 +190,47 @@ studies.training_regime.run_study ...`):
   after a 10-step timing of grpo, rredcot and mc on `long` (under 10 minutes). The arms of a
   comparison run on the same kind of machine. A task's lent device time (15 minutes) holds
   that timing, not the study.
+
+Amendment 3 (2026-12-05 07:15, before any run it governs: no run of the arms it adds, no
+seed-1 run, nothing chosen). Stage 1 of the three `long` setups (`long`, `long-g4`,
+`long-hard`) gains a first-error oracle in both forms, `oracle-first` and `oracle-first-sr`
+(`oracle.span: first`: -1 on a wrong completion's first wrong line only, every other line 0,
+the change in whether the state can still reach the right answer; `oracle` is `span: rest`).
+Seen, beyond amendment 2: the seed-0 interim table (oracle - grpo `online` within the seed:
+long -0.085 [-0.135, -0.037] reweight, -0.010 [-0.055, +0.035] segment-rewards; long-g4
+-0.041 [-0.084, +0.002], -0.031 [-0.068, +0.005]), and a check without training
+(docs/training/credit.md, "Why the oracle trails grpo online on long"; 1,400 completions of
+50 training problems from the start checkpoint and the seed-0 grpo, oracle and oracle-sr
+checkpoints of long and long-g4): the labels are right (the checker's first wrong step is
+the first line leaving the reference in all 1,400, the oracle's -1 starts on it in all 634
+located wrong ones), but `rest` puts -1 on every line from the first error on, the answer line
+included. Two thirds of the start checkpoint's errors on long are where to stop (29 too early,
+32 too late, of 94); reweight gives a wrong completion's stopping line 2-15x grpo's penalty
+even when it stops at the right count after an earlier slip; the trained seed-0 oracle policy
+stops early less (0.5% vs 15.5% of samples, -0.150 [-0.230, -0.085]) and late more (33.5% vs
+13.0%, +0.205 [+0.110, +0.305]), errors inside the chain unchanged (+0.03 [-0.04, +0.105]).
+So on 20-40-step chains `rest` penalises right continuations and right stops, and the
+positive control may be the wrong oracle there. The arm is added after seeing those results;
+one seed, 50 problems, the cause inferred from checkpoints, not tested by a training run.
+Not on `unique-g4`: its 3-6-step chains leave few lines after a first error, and the cause
+seen is a long-chain one; its oracle stays `rest`.
+Rule, fixed now (it replaces stage 1's score and extends the choice; the rest of step 1
+stands):
+- Per long candidate the oracle span is the one whose better form has the larger stage-1 mean
+  oracle - grpo `online` over seeds 0 and 1 (`rest` on a tie); the candidate's score is that
+  mean, i.e. the largest over its four oracle arms (unique-g4: over its two, as before). The
+  span is one of the pilot's decisions and is reported with both spans' stage-1 gains.
+  The maximum over four arms favours the long candidates in the ranking; stage 2's gain, on
+  seeds 2-7, which chose nothing, is free of that selection.
+- Stage 2 of a candidate runs grpo and its span's two forms (three arms, as before); the form
+  is chosen by the stage-2 gain, the bar (+0.03, interval above 0) judged on it, as before.
+- The main study's `oracle` is the chosen setup's span in the chosen form, and its `shuffled`
+  permutes that oracle's rewards (`oracle-first`/`shuffled-first` and their `-sr` forms when
+  the span is `first`); the power amendment's delta and sigma_U are that arm's, and the main
+  plan names those arms. The share of the oracle's gain is measured against that oracle.
+Cost: 12 more stage-1 runs (2 arms x 3 setups x 2 seeds, 0.35-0.42 core-hours each), 4-5
+core-hours; the pilot in all 9-24 core-hours. The power plan and main_plan.json, which
+amendment 2 called amendment 3, come in amendment 4. Seed 0's finished runs are kept.
 """
 
 from __future__ import annotations
@@ -207,6 +248,9 @@ STEPS = 150
 
 PILOT_SETUPS = ("long", "long-g4", "long-hard", "unique-g4")
 PILOT_ARMS = ("grpo", "oracle", "oracle-sr")
+# Amendment 3: the first-error oracle in both forms, in stage 1 of the long setups.
+FIRST_ERROR_SETUPS, FIRST_ERROR_ARMS = ("long", "long-g4", "long-hard"), ("oracle-first",
+                                                                         "oracle-first-sr")
 STAGE1_SEEDS, STAGE2_SEEDS = (0, 1), tuple(range(2, 8))
 CONFIRM_SETUP, CONFIRM_ARMS = "unique", ("grpo", "rredcot-earlier")
 CONFIRM_SEEDS = tuple(range(1000, 1032))
@@ -266,19 +310,34 @@ def run_plan(out: Path, phase: str, todo: list[tuple[str, int, str]], steps: int
                 f"[{phase} {i + 1}/{len(todo)}] {name} {arm} seed {seed}")
 
 
+def stage1_arms(setup: str) -> tuple[str, ...]:
+    """The pilot's stage-1 arms of `setup` (amendment 3 adds the first-error oracle on the long
+    setups)."""
+    return PILOT_ARMS + (FIRST_ERROR_ARMS if setup in FIRST_ERROR_SETUPS else ())
+
+
+def stage2_arms(span: str) -> tuple[str, ...]:
+    """grpo and the two forms of the oracle span stage 1 chose for the setup."""
+    from studies.training_regime.summarize import SPANS
+
+    return ("grpo", *SPANS[span].values())
+
+
 def pilot(out: Path, steps: int) -> None:
     """Stage 1 on every candidate, the choice, then stage 2 on the chosen one (and on the
-    runner-up when the chosen one does not pass)."""
+    runner-up when the chosen one does not pass), each in its stage-1 oracle span."""
     from studies.training_regime.summarize import pilot_choice, runs_table
 
     for name in PILOT_SETUPS:
         print(f"start accuracy {name}: {start_accuracy(out, SETUPS[name])['accuracy']:.3f}")
-    stage1 = [(s, seed, a) for seed in STAGE1_SEEDS for s in PILOT_SETUPS for a in PILOT_ARMS]
+    stage1 = [(s, seed, a) for seed in STAGE1_SEEDS for s in PILOT_SETUPS
+              for a in stage1_arms(s)]
     run_plan(out, "pilot", stage1, steps, "dev")
     choice = pilot_choice(runs_table(out, "pilot", steps))
     print(json.dumps(choice, indent=1))
     for name in choice["stage2_order"]:
-        run_plan(out, "pilot", [(name, seed, a) for seed in STAGE2_SEEDS for a in PILOT_ARMS],
+        arms = stage2_arms(choice["span"][name])
+        run_plan(out, "pilot", [(name, seed, a) for seed in STAGE2_SEEDS for a in arms],
                  steps, "dev")
         choice = pilot_choice(runs_table(out, "pilot", steps))
         if choice["passed"]:
@@ -293,7 +352,8 @@ def power(out: Path, steps: int) -> dict:
 
     table = runs_table(out, "pilot", steps)
     choice = pilot_choice(table)
-    plan = power_plan(table, choice["chosen"], choice["form"])
+    plan = power_plan(table, choice["chosen"], choice["form"],
+                      span=choice["span"][choice["chosen"]])
     for n in sorted({plan["seeds"], 8, 12, 16, 24}):
         plan[f"rule_power_{n}"] = rule_power(n, plan["delta"], plan["sd_upper"])
     print(json.dumps(plan, indent=1))

@@ -73,11 +73,16 @@ def _both_forms(name: str, advantage: str, options: dict | None = None) -> dict[
 # else Monte Carlo with one rollout per boundary (the protocol).
 MC_OPTIONS = {"mc": {"rollouts": 4, "max_boundaries": 8}}
 CHEAP_FALLBACK = {"mc": {"rollouts": 1, "max_boundaries": 8}}
+FIRST_ERROR = {"oracle": {"span": "first"}}
 
 ARMS: dict[str, Arm] = {
     "grpo": Arm("grpo"),
     **_both_forms("oracle", "oracle"),
     **_both_forms("shuffled", "shuffled"),
+    # The first-error oracle (amendment 3): −1 on a wrong completion's first wrong line only;
+    # `shuffled-first` permutes its rewards, the control the main study pairs with it.
+    **_both_forms("oracle-first", "oracle", FIRST_ERROR),
+    **_both_forms("shuffled-first", "shuffled", FIRST_ERROR),
     **_both_forms("rredcot", "rredcot"),
     **_both_forms("mc", "mc", MC_OPTIONS),
     **_both_forms("cheap", "mc", CHEAP_FALLBACK),

@@ -28,6 +28,8 @@ from studies.training_regime.interim import (
 
 BAR = 0.03  # the oracle's gain over grpo the pilot looks for
 FORMS = {"reweight": "oracle", "segment-rewards": "oracle-sr"}
+# The oracle's arms per span (`oracle.span`; amendment 3 adds `first` on the long setups).
+SPANS = {"rest": FORMS, "first": {"reweight": "oracle-first", "segment-rewards": "oracle-first-sr"}}
 
 
 def runs_table(out: Path, phase: str, steps: int):
@@ -50,37 +52,50 @@ def differences(table, setup: str, arm: str, base: str, seeds, key: str = "onlin
     return (a - b).dropna()
 
 
-def _gains(table, setup: str, seeds, key: str = "online") -> dict[str, dict]:
+def _gains(table, setup: str, seeds, key: str = "online", span: str = "rest") -> dict[str, dict]:
     out = {}
-    for form, arm in FORMS.items():
+    for form, arm in SPANS[span].items():
         d = differences(table, setup, arm, "grpo", seeds, key)
         m, lo, hi = mean_interval(d.tolist())
         out[form] = {"seeds": len(d), "gain": m, "low": lo, "high": hi}
     return out
 
 
+def oracle_spans(setup: str) -> tuple[str, ...]:
+    """The oracle spans the pilot runs on `setup` (amendment 3: `first` too on the long ones)."""
+    from studies.training_regime.run_study import FIRST_ERROR_SETUPS
+
+    return ("rest", "first") if setup in FIRST_ERROR_SETUPS else ("rest",)
+
+
 def pilot_choice(table, setups=None, stage1=(0, 1), stage2=tuple(range(2, 8))) -> dict:
-    """The pilot's rule (protocol step 1): stage-1 scores, the ranking (candidates scoring at
-    least `BAR`, cheapest grpo step first, then the rest by score), stage-2 gains of the first
-    two, and the chosen setup and form."""
+    """The pilot's rule (protocol step 1, amendment 3): per candidate the oracle span whose
+    better form has the larger stage-1 mean gain (`rest` on a tie) and its score, the ranking
+    (candidates scoring at least `BAR`, cheapest grpo step first, then the rest by score),
+    stage-2 gains of the first two in their span, and the chosen setup, span and form."""
     from studies.training_regime.run_study import PILOT_SETUPS
 
     setups = setups or PILOT_SETUPS
-    scores, cost = {}, {}
+    scores, cost, spans, by_span = {}, {}, {}, {}
     for name in setups:
-        gains = _gains(table, name, stage1)
-        if any(g["seeds"] < len(stage1) for g in gains.values()):
-            return {"complete": False, "stage2_order": [], "passed": False}
-        scores[name] = max(g["gain"] for g in gains.values())
+        by_span[name] = {}
+        for span in oracle_spans(name):
+            gains = _gains(table, name, stage1, span=span)
+            if any(g["seeds"] < len(stage1) for g in gains.values()):
+                return {"complete": False, "stage2_order": [], "passed": False}
+            by_span[name][span] = max(g["gain"] for g in gains.values())
+        spans[name] = max(by_span[name], key=lambda k: (by_span[name][k], k == "rest"))
+        scores[name] = by_span[name][spans[name]]
         grpo = table[(table.regime == name) & (table.arm == "grpo") & table.seed.isin(stage1)]
         cost[name] = float(grpo.step_seconds.median())
     passing = sorted((n for n in setups if scores[n] >= BAR), key=lambda n: cost[n])
     rest = sorted((n for n in setups if scores[n] < BAR), key=lambda n: -scores[n])
     ranking = passing + rest
-    result = {"complete": True, "stage1_scores": scores, "grpo_step_seconds": cost,
-              "ranking": ranking, "stage2_order": ranking[:2], "stage2": {}}
+    result = {"complete": True, "stage1_scores": scores, "stage1_span_scores": by_span,
+              "span": spans, "grpo_step_seconds": cost, "ranking": ranking,
+              "stage2_order": ranking[:2], "stage2": {}}
     for name in ranking[:2]:
-        gains = _gains(table, name, stage2)
+        gains = _gains(table, name, stage2, span=spans[name])
         if all(g["seeds"] == len(stage2) for g in gains.values()):
             result["stage2"][name] = gains
     chosen, form, passed = None, None, False
@@ -92,7 +107,8 @@ def pilot_choice(table, setups=None, stage1=(0, 1), stage2=tuple(range(2, 8))) -
             chosen, form, passed = name, best, ok
         if passed:
             break
-    result.update(chosen=chosen, form=form, passed=passed)
+    result.update(chosen=chosen, form=form, passed=passed,
+                  oracle_arm=SPANS[spans[chosen]][form] if chosen else None)
     return result
 
 
@@ -104,15 +120,17 @@ def sd_upper(sd: float, n: int, level: float = 0.95) -> float:
 
 
 def power_plan(table, setup: str, form: str, stage2=tuple(range(2, 8)),
-               seeds=tuple(range(8))) -> dict:
-    """Protocol step 2: delta = half the stage-2 gain, sigma_U from seeds 0-7, n seeds."""
-    arm = FORMS[form]
+               seeds=tuple(range(8)), span: str = "rest") -> dict:
+    """Protocol step 2: delta = half the stage-2 gain, sigma_U from seeds 0-7, n seeds (of the
+    oracle arm of `span` and `form`)."""
+    arm = SPANS[span][form]
     gain = float(differences(table, setup, arm, "grpo", stage2).mean())
     d = differences(table, setup, arm, "grpo", seeds)
     sd = float(d.std(ddof=1))
     upper = sd_upper(sd, len(d))
-    return {"setup": setup, "form": form, "gain": gain, "delta": gain / 2, "sd": sd,
-            "sd_seeds": len(d), "sd_upper": upper, "seeds": seeds_for_power(gain / 2, upper),
+    return {"setup": setup, "form": form, "span": span, "oracle_arm": arm, "gain": gain,
+            "delta": gain / 2, "sd": sd, "sd_seeds": len(d), "sd_upper": upper,
+            "seeds": seeds_for_power(gain / 2, upper),
             "seeds_at_sd": seeds_for_power(gain / 2, sd)}
 
 
@@ -161,29 +179,39 @@ def confirm_decision(table, arm: str = "rredcot-earlier", seeds=tuple(range(1000
     return out
 
 
+def control_span(arms) -> str:
+    """The span of a setup's controls: `first` when its runs have the first-error oracle or
+    its shuffled control and neither of the `rest` ones (amendment 3's main study)."""
+    arms = set(arms)
+    rest = {f"{c}{f}" for c in ("oracle", "shuffled") for f in ("", "-sr")}
+    return "first" if not arms & rest and arms & {f"{a}-first{f}" for a in ("oracle", "shuffled")
+                                                   for f in ("", "-sr")} else "rest"
+
+
 def summary_rows(table, base_arms=("grpo",)) -> list[dict]:
     """Per setup and arm: seeds, online and held-out means, paired differences against grpo,
-    shuffled and the oracle of the same form, the oracle share recovered, cost."""
+    shuffled and the oracle of the same form (of the setup's `control_span`), the oracle
+    share recovered, cost."""
     rows = []
     for setup, t in table.groupby("regime", sort=False):
         grpo_seconds = t[t.arm == "grpo"].step_seconds.median()
+        span = "-first" if control_span(t.arm) == "first" else ""
         for arm in t.arm.unique():
             a = t[t.arm == arm]
-            sr = arm.endswith("-sr")
+            sr = "-sr" if arm.endswith("-sr") else ""
             row = {"setup": setup, "arm": arm, "seeds": len(a)}
             for key in ("online", "final"):
                 row[key], row[f"{key}_low"], row[f"{key}_high"] = mean_interval(a[key].tolist())
-                for base in ("grpo", "shuffled-sr" if sr else "shuffled",
-                             "oracle-sr" if sr else "oracle"):
+                for base in ("grpo", f"shuffled{span}{sr}", f"oracle{span}{sr}"):
                     if base == arm or base not in set(t.arm):
                         continue
                     d = differences(t, setup, arm, base, a.seed, key)
-                    name = base.removesuffix("-sr")
+                    name = base.removesuffix(sr).removesuffix("-first")
                     row[f"{key}_vs_{name}"], row[f"{key}_vs_{name}_low"], \
                         row[f"{key}_vs_{name}_high"] = mean_interval(d.tolist())
                     row[f"{key}_vs_{name}_n"] = len(d)
-            oracle = "oracle-sr" if sr else "oracle"
-            if arm not in ("grpo", oracle) and oracle in set(t.arm):
+            oracle = f"oracle{span}{sr}"
+            if arm != "grpo" and not arm.startswith("oracle") and oracle in set(t.arm):
                 row["recovered"], row["recovered_low"], row["recovered_high"] = recovered(
                     t, arm, oracle, "online")
             row["step_seconds"] = float(a.step_seconds.median())
@@ -239,33 +267,35 @@ def start_accuracies(out: Path) -> dict[str, float]:
 
 
 def pilot_markdown(table, out: Path) -> str:
-    """The pilot table: per candidate and stage, oracle − grpo in both forms."""
+    """The pilot table: per candidate, stage and oracle span, oracle − grpo in both forms."""
     choice = pilot_choice(table)
     start = start_accuracies(out)
-    lines = ["| setup | stage (seeds) | start dev acc. | grpo online | oracle − grpo online "
-             "(reweight) | (segment-rewards) | oracle − grpo dev acc. (reweight) | "
-             "(segment-rewards) | grpo s / step |", "|---" * 9 + "|"]
-    for setup in dict.fromkeys(table.regime):
+    lines = ["| setup | oracle span | stage (seeds) | start dev acc. | grpo online | oracle − "
+             "grpo online (reweight) | (segment-rewards) | oracle − grpo dev acc. (reweight) | "
+             "(segment-rewards) | grpo s / step |", "|---" * 10 + "|"]
+    for setup, span in ((s, k) for s in dict.fromkeys(table.regime) for k in SPANS):
         acc = start.get(setup, math.nan)
         for stage, seeds in (("1", (0, 1)), ("2", tuple(range(2, 8))), ("all", range(8))):
-            g, dev = _gains(table, setup, seeds), _gains(table, setup, seeds, "final")
+            g = _gains(table, setup, seeds, span=span)
+            dev = _gains(table, setup, seeds, "final", span=span)
             if not g["reweight"]["seeds"]:
                 continue
             grpo = table[(table.regime == setup) & (table.arm == "grpo") & table.seed.isin(
                 list(seeds))]
             cell = _gain_cell
             lines.append(
-                f"| {setup} | {stage} ({g['reweight']['seeds']}) | {acc:.3f} | "
+                f"| {setup} | {span} | {stage} ({g['reweight']['seeds']}) | {acc:.3f} | "
                 f"{grpo.online.mean():.3f} | {cell(g['reweight'])} | "
                 f"{cell(g['segment-rewards'])} | {cell(dev['reweight'])} | "
                 f"{cell(dev['segment-rewards'])} | {grpo.step_seconds.median():.2f} |")
     text = "\n".join(lines).replace("nan", "–") + "\n\n"
     if choice.get("complete"):
-        text += ("Stage 1 scores (the larger form's mean oracle − grpo online, seeds 0-1): " +
-                 ", ".join(f"{k} {v:+.3f}" for k, v in choice["stage1_scores"].items()) +
+        text += ("Stage 1 scores (the best oracle arm's mean oracle − grpo online, seeds 0-1; "
+                 "its span): " + ", ".join(f"{k} {v:+.3f} ({choice['span'][k]})"
+                                           for k, v in choice["stage1_scores"].items()) +
                  f". Ranking: {', '.join(choice['ranking'])}. Chosen: {choice['chosen']} "
-                 f"({choice['form']}); bar of +{BAR} with the interval above 0 "
-                 f"{'met' if choice['passed'] else 'not met'}.\n")
+                 f"({choice['oracle_arm']}, {choice['form']}); bar of +{BAR} with the interval "
+                 f"above 0 {'met' if choice['passed'] else 'not met'}.\n")
     return text
 
 
