@@ -114,6 +114,29 @@ SAMPLE_TRACES = [
 ]
 
 
+def fake_grade(text, reference, **kw):
+    """Junk from a random model is never right; call a completion right by its length."""
+    from cotcredit.data import grading
+
+    return grading.GradeResult(answer=str(len(text)), correct=len(text) % 3 != 0)
+
+
+@pytest.fixture
+def graded(monkeypatch, scorer):
+    """The fake grader, and a generator that also stops at every token containing "e", so that
+    rollouts of the random model end at different lengths (some cut off, some not)."""
+    from cotcredit.data import grading
+    from cotcredit.lm import sampling
+
+    class StopsAtE(sampling.HFGenerator):
+        def __init__(self, model, tok):
+            super().__init__(model, tok)
+            self.stop_ids += [i for i in range(len(tok)) if "e" in tok.decode([i])]
+
+    monkeypatch.setattr(grading, "grade_completion", fake_grade)
+    monkeypatch.setattr(sampling, "HFGenerator", StopsAtE)  # what every run's generator is
+
+
 @pytest.fixture
 def traces_file(tmp_path) -> Path:
     p = tmp_path / "traces.jsonl"

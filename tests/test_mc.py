@@ -18,26 +18,6 @@ from cotcredit.segmentation import SegmentOptions
 SMALL = dict(rollouts=3, max_new_tokens=6, seed=0)
 
 
-def fake_grade(text, reference, **kw):
-    """Junk from a random model is never right; call a completion right by its length."""
-    return grading.GradeResult(answer=str(len(text)), correct=len(text) % 3 != 0)
-
-
-@pytest.fixture
-def graded(monkeypatch, scorer):
-    """The fake grader, and a generator that also stops at every token containing "e", so that
-    rollouts of the random model end at different lengths (some cut off, some not)."""
-    from cotcredit.lm import sampling
-
-    class StopsAtE(sampling.HFGenerator):
-        def __init__(self, model, tok):
-            super().__init__(model, tok)
-            self.stop_ids += [i for i in range(len(tok)) if "e" in tok.decode([i])]
-
-    monkeypatch.setattr(grading, "grade_completion", fake_grade)
-    monkeypatch.setattr(sampling, "HFGenerator", StopsAtE)  # what every run's generator is
-
-
 def run_mc(scorer, traces_file, segments=3, **opts):
     s = run_analysis(traces_file, scorer, methods={"mc": McOptions(**{**SMALL, **opts})},
                      segment_options=SegmentOptions(segments=segments))

@@ -9,7 +9,6 @@ import math
 import pandas as pd
 import pytest
 
-from cotcredit.data import grading
 from cotcredit.errors import UserError
 from cotcredit.lm.generation import SamplingOptions
 from cotcredit.methods.mc import McOptions
@@ -20,7 +19,9 @@ from cotcredit.methods.mc_adaptive import (
     Z,
     drop_search,
     half_width,
+    prior_weights,
     run_rounds,
+    span_weights,
     wilson,
 )
 from cotcredit.pipeline.run import _key_options, run_analysis
@@ -142,10 +143,61 @@ def test_no_search_without_a_drop():
     assert drop_search([Tally(64, 64, 64), Tally(8, 4, 8), Tally(64, 0, 64)], 0.2) == 1
 
 
+# ---- the first round at the ends, and a prior ------------------------------------------------
+ENDS = AdaptivePlan(budget=24, precision=0.45, round_rollouts=8, first_round="ends")
+
+
+@pytest.mark.parametrize("drop", [1, 4, 7, 11, 12])
+def test_from_the_ends_the_search_bisects_and_finds_the_drop(drop):
+    p = [0.8 if k < drop else 0.2 for k in range(13)]
+    log: list = []
+    tallies = run_rounds(13, ENDS, drawer(p, log), drop_truncated=False)
+    assert log[0] == {0: (0, 8), 12: (0, 8)}  # the ends only
+    sampled = [i for i, t in enumerate(tallies) if t.n]
+    # The search asked about about log2(13) boundaries, not 13, and located the drop between
+    # two sampled neighbours: the boundary before it high, the boundary at it low.
+    assert len(sampled) <= 2 + math.ceil(math.log2(13)) + 1
+    tau = (tallies[0].value + tallies[-1].value) / 2
+    before = max(i for i in sampled if i < drop)
+    after = min(i for i in sampled if i >= drop)
+    assert tallies[before].value > tau > tallies[after].value
+    assert after == drop and before == drop - 1
+
+
+def test_no_drop_from_the_ends_means_two_boundaries():
+    tallies = run_rounds(9, ENDS, drawer([0.9] * 9), drop_truncated=False)
+    assert [i for i, t in enumerate(tallies) if t.n] == [0, 8]
+
+
+def test_prior_weights_rank_the_segments():
+    assert prior_weights([0.0, -1.0, 0.5]) == [0.5, 1.0, 0.25]
+    assert prior_weights([0.0, 0.0, -1.0]) == [2 ** -1.5, 2 ** -1.5, 1.0]  # ties share a rank
+    # Span i holds the segments between scored boundaries i-1 and i.
+    assert span_weights([1.0, 2.0, 4.0, 8.0], [0, 1, 3, 4]) == [0.0, 1.0, 6.0, 8.0]
+
+
+@pytest.mark.parametrize("drop", [2, 9])
+def test_a_right_prior_finds_the_drop_with_fewer_rollouts(drop):
+    p = [0.9 if k < drop else 0.1 for k in range(13)]
+    credits = [-1.0 if s == drop - 1 else 0.0 for s in range(12)]  # segment `drop` (index - 1)
+    weights = span_weights(prior_weights(credits), list(range(13)))
+    plain = run_rounds(13, ENDS, drawer(p), drop_truncated=False)
+    guided = run_rounds(13, ENDS, drawer(p), drop_truncated=False, weights=weights)
+    sampled = [i for i, t in enumerate(guided) if t.n]
+    assert {drop - 1, drop} <= set(sampled)
+    assert len(sampled) <= 4 < len([t for t in plain if t.n])
+    # The weights only move where rollouts go: the values are the rollouts' own.
+    for a, b in zip(guided, plain, strict=True):
+        if a.n == b.n:
+            assert (a.correct, a.usable) == (b.correct, b.usable)
+
+
 # ---- options ---------------------------------------------------------------------------------
 def test_options():
     McOptions(rollouts="auto").validate()
+    McOptions(rollouts="auto", first_round="ends", prior="paths").validate()
     for bad in (dict(rollouts="many"), dict(rollouts="auto", rollout_budget=4),
+                dict(rollouts="auto", first_round="middle"), dict(rollouts="auto", prior="x"),
                 dict(rollouts="auto", precision=0), dict(rollouts="auto", round_rollouts=0),
                 dict(rollouts="auto", backend="vllm")):
         with pytest.raises(UserError):
@@ -161,25 +213,6 @@ def test_adaptive_settings_leave_the_fixed_mode_run_key_alone():
 
 
 # ---- with the tiny model ---------------------------------------------------------------------
-def fake_grade(text, reference, **kw):
-    """A random model is never right: call a completion right by its length."""
-    return grading.GradeResult(answer=str(len(text)), correct=len(text) % 3 != 0)
-
-
-@pytest.fixture
-def graded(monkeypatch, scorer):
-    """The fake grader, and stops at every token holding "e" (rollouts of varied lengths)."""
-    from cotcredit.lm import sampling
-
-    class StopsAtE(sampling.HFGenerator):
-        def __init__(self, model, tok):
-            super().__init__(model, tok)
-            self.stop_ids += [i for i in range(len(tok)) if "e" in tok.decode([i])]
-
-    monkeypatch.setattr(grading, "grade_completion", fake_grade)
-    monkeypatch.setattr(sampling, "HFGenerator", StopsAtE)  # what every run's generator is
-
-
 # Rounds of 2: a unanimous pair resolves a value (half-width 0.33), a split one (0.41) does not.
 AUTO = dict(rollouts="auto", rollout_budget=6, round_rollouts=2, precision=0.35,
             max_new_tokens=6, seed=0)

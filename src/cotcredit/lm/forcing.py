@@ -70,9 +70,11 @@ class Forcing:
     terminators: tuple[int, ...]  # token ids whose mass ends the answer (empty: none)
     tokenizer: object
 
-    def answer_probe(self, answer: str, where: str = "") -> Parts:
-        """E ⊕ Y*, with the span "answer"."""
-        return self._parts([(self.exit_string, None), (_answer(answer, where), "answer")], where)
+    def answer_probe(self, answer: str, where: str = "", lead: str = "") -> Parts:
+        """lead ⊕ E ⊕ Y*, with the span "answer". `lead` (default none) goes before E, e.g. a
+        line break after text that stops mid-line."""
+        return self._parts([(lead + self.exit_string, None), (_answer(answer, where), "answer")],
+                           where)
 
     def solution_probe(self, connector: str, solution: str, answer: str, where: str = "") -> Parts:
         """C ⊕ U* ⊕ E ⊕ Y*, with the spans "solution" and "answer".

@@ -32,6 +32,9 @@ class SamplingOptions:
     # Index of the first sample: samples first_sample..first_sample+n-1 are drawn, each from its
     # own stream, so a later call continues an earlier one (hf backend only).
     first_sample: int = 0
+    # Stop a completion once it has written this many line breaks (finish reason "lines"; the
+    # last line break is kept): rollouts that look a fixed number of lines ahead (hf only).
+    stop_lines: int | None = None
 
     def validate(self) -> SamplingOptions:
         """Check every option (a one-line UserError naming the flag); returns self."""
@@ -49,6 +52,8 @@ class SamplingOptions:
             raise UserError(f"--backend must be one of {', '.join(BACKENDS)}, got '{self.backend}'")
         if self.first_sample < 0:
             raise ValueError(f"first_sample must be at least 0, got {self.first_sample}")
+        if self.stop_lines is not None and self.stop_lines < 1:
+            raise ValueError(f"stop_lines must be at least 1, got {self.stop_lines}")
         return self
 
 
@@ -95,8 +100,9 @@ class SamplingSettings:
 @dataclass
 class Completion:
     """One sampled continuation of a prompt: generated ids (without the stop token), their text
-    (what they add after the prompt) and why generation ended: "stop" (a stop token) or
-    "length" (max_new_tokens reached: truncated)."""
+    (what they add after the prompt) and why generation ended: "stop" (a stop token),
+    "length" (max_new_tokens reached: truncated) or "lines" (`stop_lines` line breaks
+    written)."""
 
     token_ids: list[int]
     text: str

@@ -112,6 +112,7 @@ class HFGenerator:
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.stop_ids[0]
         self.stats = GenerationStats()
+        self._line_ids: set[int] | None = None  # tokens holding a line break (`stop_lines`)
         # Slots at most: lowered after an out-of-memory error, and kept lowered.
         self._cap = BatchSize(max_batch or 1 << 30)
 
@@ -141,6 +142,13 @@ class HFGenerator:
                 avail = 4 << 30
             budget, cap = 0.3 * avail, _CPU_MAX_BATCH
         return int(max(1, min(cap, budget // max(per_row, 1))))
+
+    def line_break_ids(self) -> set[int]:
+        """Ids of the tokens whose text holds a line break (decoded once, on first use)."""
+        if self._line_ids is None:
+            decode = self.tokenizer.decode
+            self._line_ids = {i for i in range(len(self.tokenizer)) if "\n" in decode([i])}
+        return self._line_ids
 
     # -- generation ----------------------------------------------------------------------
     def generate(self, prompts, options, keys=None, progress=None):
@@ -238,6 +246,8 @@ class HFGenerator:
 
         greedy = options.temperature == 0
         stops = set(self.stop_ids)
+        line_ids = self.line_break_ids() if options.stop_lines else set()
+        lines = [0] * slots  # line breaks each slot's row has written (`stop_lines`)
         pending = list(reversed(rows))  # popped from the end: rows in order
         uses: dict[int, int] = {}
         for i, _ in rows:
@@ -268,7 +278,7 @@ class HFGenerator:
                     uses[i] -= 1
                     if not uses[i]:
                         del kv[i]
-                    row[s], tokens[s] = r, []
+                    row[s], tokens[s], lines[s] = r, [], 0
                     rngs[s] = None if greedy else random.Random(
                         row_seed(options.seed, keys[i], options.first_sample + j))
                     feed[s], pos[s] = prompts[i][-1], len(prompts[i]) - 1
@@ -283,8 +293,8 @@ class HFGenerator:
                     if pending:  # room before the frame for the longest prompt still to join
                         keep_from = min(keep_from, batch.hi - (len(prompts[pending[-1][0]]) - 1))
                     batch.compact(keep, keep_from)
-                    row, tokens, rngs, feed, pos = ([x[s] for s in keep]
-                                                    for x in (row, tokens, rngs, feed, pos))
+                    row, tokens, rngs, feed, pos, lines = (
+                        [x[s] for s in keep] for x in (row, tokens, rngs, feed, pos, lines))
                     active = [s for s in range(batch.slots) if row[s] is not None]
                 cache, mask = batch.forward_inputs()
                 step = torch.tensor([feed, pos], dtype=torch.long, device=self.device)
@@ -301,11 +311,13 @@ class HFGenerator:
                     stop = tok in stops
                     if not stop:
                         tokens[s].append(tok)
-                    if stop or len(tokens[s]) >= options.max_new_tokens:
+                        lines[s] += tok in line_ids
+                    ended_lines = bool(options.stop_lines) and lines[s] >= options.stop_lines
+                    if stop or ended_lines or len(tokens[s]) >= options.max_new_tokens:
                         i, _ = row[s]
                         done[row[s]] = Completion(
                             tokens[s], decode_continuation(self.tokenizer, prompts[i], tokens[s]),
-                            "stop" if stop else "length")
+                            "stop" if stop else "lines" if ended_lines else "length")
                         row[s] = None
                         batch.leave(s)
                         feed[s], pos[s] = self.pad_id, 0

@@ -56,6 +56,8 @@ class VLLMGenerator:
         options.validate()
         if options.first_sample:  # vLLM draws a prompt's n samples from one stream
             raise ValueError("the vllm backend cannot start at a later sample (first_sample)")
+        if options.stop_lines:  # the hf backend counts line-break tokens as it decodes
+            raise ValueError("the vllm backend cannot stop after a number of lines (stop_lines)")
         prompts = [list(p) for p in prompts]
         keys = list(keys) if keys is not None else default_keys(prompts)
         greedy = options.temperature == 0

@@ -41,6 +41,10 @@ class TraceContext:
     references: list[list[str]] | None = None
     cache: RunCache = field(default_factory=RunCache)
     value_functions: dict[Any, Any] = field(default_factory=dict)
+    # What the running method spent that the scorer's counters do not see, by cost column
+    # (e.g. the trace pass a method reads only for some options; a value head's share of the
+    # rollouts it was fitted on); added to the method's cost, fresh for each method.
+    extra_cost: dict[str, int] = field(default_factory=dict)
 
     @property
     def trace(self):

@@ -42,6 +42,15 @@ every scored boundary, then more only from boundaries whose value is not resolve
 rollouts per boundary on average; the estimator, the stopping rule and the budget are in
 `cotcredit.methods.mc_adaptive`. Rollout j of a boundary is the fixed mode's rollout j (same
 seed: same stream), n_rollouts varies by boundary, and everything above holds with N = n_k.
+`--first-round ends` samples only the first and the last boundary first and bisects between
+them (boundaries never sampled are interpolated, as with `max_boundaries`); `--prior` lets a
+cheap credit say where the search looks first (`cotcredit.methods.mc_prior`).
+
+Truncated rollouts (`--horizon N`, `--horizon-lines L`): each rollout generates at most N tokens
+(or L lines); one cut there counts p(Y* | s_k ⊕ rollout ⊕ E) instead of 0/1, and V_k is the
+mean of the rollouts' values (`cotcredit.methods.mc_horizon`; N = 0 is R̂). stderr is then
+sqrt(mean((x − V_k)²) / n_k), which is the formula above for 0/1 values; n_correct counts the
+rollouts that ended right.
 
 Cost: all N·(K+1) rollouts of a trace go to the generator in one call (see `cotcredit.lm.sampling`:
 batched, shared prefill per state, prefix caching under vLLM). Each row (per segment) carries
@@ -52,6 +61,7 @@ trace_rollouts, trace_truncated. `save_rollouts` writes every completion to a Pa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -59,10 +69,19 @@ from typing import TYPE_CHECKING, ClassVar
 
 from cotcredit.data import grading
 from cotcredit.errors import UserError
-from cotcredit.lm.generation import SamplingSettings
+from cotcredit.lm.forcing import ForcingOptions, resolved
+from cotcredit.lm.generation import Completion, SamplingSettings
 from cotcredit.lm.sampling import get_generator
 from cotcredit.methods.base import MethodCommand, MethodRows, MethodSpec, TraceContext
-from cotcredit.methods.mc_adaptive import AdaptivePlan, run_rounds
+from cotcredit.methods.mc_adaptive import (
+    FIRST_ROUNDS,
+    AdaptivePlan,
+    prior_weights,
+    run_rounds,
+    span_weights,
+)
+from cotcredit.methods.mc_horizon import cut_by_horizon, forced_values, generation_limits
+from cotcredit.methods.mc_prior import PRIORS, READS_TRACE_PASS, prior_credits
 from cotcredit.options import option
 from cotcredit.store import io
 
@@ -81,7 +100,12 @@ class McOptions(SamplingSettings):
     NEVER_IN_RUN_KEY: ClassVar[tuple[str, ...]] = ("batch_size", "save_rollouts", "vllm_args")
     # The adaptive mode's settings change nothing in the fixed mode (whose run keys they leave
     # as they were before the adaptive mode existed).
-    ADAPTIVE_FIELDS: ClassVar[tuple[str, ...]] = ("rollout_budget", "precision", "round_rollouts")
+    ADAPTIVE_FIELDS: ClassVar[tuple[str, ...]] = ("rollout_budget", "precision", "round_rollouts",
+                                                  "first_round", "prior")
+    # Fields added after runs were keyed: left out of the key at their defaults, so those runs
+    # keep their keys (answer forcing counts only where a horizon or a prior uses it).
+    LATER_FIELDS: ClassVar[tuple[str, ...]] = ("first_round", "prior", "horizon",
+                                               "horizon_lines")
 
     rollouts: int | str = option(
         8, short="-n",
@@ -99,6 +123,32 @@ class McOptions(SamplingSettings):
     round_rollouts: int = option(
         8, help="--rollouts auto: rollouts per boundary in each round (the first from every "
         "boundary).",
+    )
+    first_round: str = option(
+        "all", choices=FIRST_ROUNDS,
+        help="--rollouts auto: where the first round goes: all (every scored boundary) or ends "
+        "(the first and the last; the search for the first drop bisects between them and "
+        "boundaries never sampled are interpolated).",
+    )
+    prior: str = option(
+        "none", choices=PRIORS,
+        help="--rollouts auto: a cheap credit that tells the search where a drop is likely: "
+        "rhat (R̂), rredcot (R̂ + v̂), entropy (the model's), paths (where the trace leaves its "
+        "listed solutions); none: the middle boundary.",
+    )
+    horizon: int | None = option(
+        None,
+        help="Truncated rollouts: at most this many tokens each; a rollout cut there counts "
+        "the probability of the right answer forced after it (0: R̂) [default: no limit].",
+    )
+    horizon_lines: int | None = option(
+        None,
+        help="Truncated rollouts: at most this many lines each (hf backend), then valued as "
+        "with --horizon.",
+    )
+    forcing: ForcingOptions = option(
+        default_factory=ForcingOptions,
+        help="Answer forcing (--horizon, --horizon-lines, --prior rhat/rredcot).",
     )
     truncated: str = option(
         "wrong", choices=("wrong", "drop"),
@@ -129,7 +179,21 @@ class McOptions(SamplingSettings):
     @property
     def NOT_IN_RUN_KEY(self) -> tuple[str, ...]:  # noqa: N802 (the name the pipeline reads)
         """The fields that do not change results (left out of the run key)."""
-        return self.NEVER_IN_RUN_KEY + (() if self.adaptive else self.ADAPTIVE_FIELDS)
+        unused = () if self.adaptive else self.ADAPTIVE_FIELDS
+        defaults = McOptions.__dataclass_fields__
+        at_default = tuple(f for f in self.LATER_FIELDS if getattr(self, f) == defaults[f].default)
+        forcing = () if self.forces_answers else ("forcing",)
+        return tuple(dict.fromkeys(self.NEVER_IN_RUN_KEY + unused + at_default + forcing))
+
+    @property
+    def truncates(self) -> bool:
+        """Whether rollouts stop at a horizon (`--horizon`, `--horizon-lines`)."""
+        return self.horizon is not None or self.horizon_lines is not None
+
+    @property
+    def forces_answers(self) -> bool:
+        """Whether the run forces answers (a horizon, or a prior that reads R̂)."""
+        return self.truncates or (self.adaptive and self.prior in ("rhat", "rredcot"))
 
     @property
     def adaptive(self) -> bool:
@@ -150,8 +214,18 @@ class McOptions(SamplingSettings):
             if self.backend != "hf":
                 raise UserError("--rollouts auto needs --backend hf (vLLM draws a prompt's "
                                 "samples from one stream, which a later round cannot continue)")
+            if self.truncates:
+                raise UserError("--horizon and --horizon-lines take a fixed --rollouts N, not "
+                                "auto")
         elif self.rollouts < 1:
             raise UserError(f"--rollouts must be at least 1, got {self.rollouts}")
+        if self.horizon is not None and self.horizon < 0:
+            raise UserError(f"--horizon must be at least 0, got {self.horizon}")
+        if self.horizon_lines is not None:
+            if self.horizon_lines < 1:
+                raise UserError(f"--horizon-lines must be at least 1, got {self.horizon_lines}")
+            if self.backend != "hf":
+                raise UserError("--horizon-lines needs --backend hf")
         self.check_sampling(self.round_rollouts if self.adaptive else self.rollouts)
         if self.max_boundaries is not None and self.max_boundaries < 2:
             raise UserError(f"--max-boundaries must be at least 2 (the prompt and the full "
@@ -171,6 +245,15 @@ class Rollout:
     answer: str | None
     correct: bool
     truncated: bool
+    # A rollout cut at the horizon: p(Y* | state ⊕ rollout ⊕ E) (None: it is graded 0/1).
+    value: float | None = None
+
+    @property
+    def worth(self) -> float:
+        """What it counts in V: its forced value, or 1/0 (a cut-off rollout counts 0)."""
+        if self.value is not None:
+            return self.value
+        return 1.0 if self.correct and not self.truncated else 0.0
 
 
 @dataclass
@@ -200,30 +283,54 @@ def sample_rollouts(ctx: TraceContext, options: McOptions,
     enc, trace = ctx.encoded, ctx.trace
     bounds = ctx.segmentation.boundaries
     gen = get_generator(ctx.scorer, options.backend, options.engine_args(), cache=ctx.cache)
-    groups: dict[tuple[int, int], list[int]] = {}
-    for k, first_count in requests.items():
-        groups.setdefault(first_count, []).append(k)
-    rollouts = []
-    for (first, count), which in groups.items():
+    max_new, stop_lines = generation_limits(options.horizon, options.horizon_lines,
+                                            options.max_new_tokens)
+    rollouts, cut = [], []
+    for (first, count), which in generate_calls(requests):
         prompts = [enc.prefix(bounds[k]) for k in which]
         # Keyed by trace and token offset: a state gets the same rollouts whatever else is scored.
         keys = [f"{trace.id}@{bounds[k]}" for k in which]
-        sampling = replace(options.sampling(count), first_sample=first)
-        completions = gen.generate(prompts, sampling, keys=keys)
+        sampling = replace(options.sampling(count), first_sample=first, max_new_tokens=max_new,
+                           stop_lines=stop_lines)
+        completions = (gen.generate(prompts, sampling, keys=keys) if max_new > 0 else
+                       [[Completion([], "", "length")] * count for _ in which])  # --horizon 0
         for k, cs in zip(which, completions, strict=True):
             prefix_text = trace.response[: enc.token_starts[bounds[k]]]
             for j, c in enumerate(cs, start=first):
+                if options.truncates and cut_by_horizon(c, options.horizon,
+                                                        options.max_new_tokens):
+                    rollouts.append(Rollout(k, bounds[k], j, c.text, len(c.token_ids), None,
+                                            False, False))
+                    cut.append((rollouts[-1], c.token_ids))
+                    continue
                 # Graded on what the rollout states, not on an answer in the prefix it continues.
                 graded = grading.grade_completion(c.text, trace.answer, prefix=prefix_text)
                 rollouts.append(Rollout(k, bounds[k], j, c.text, len(c.token_ids), graded.answer,
                                         bool(graded.correct), c.truncated))
+    if cut:
+        values = forced_values(ctx, options.forcing, [(r.token, ids, r.text) for r, ids in cut])
+        for (r, _), v in zip(cut, values, strict=True):
+            r.value = v
     return rollouts
+
+
+def generate_calls(requests: dict[int, tuple[int, int]]
+                   ) -> list[tuple[tuple[int, int], list[int]]]:
+    """The generator calls of one draw: boundaries grouped by (first sample, count), in the
+    order `requests` names them (each call prefills its longest state once)."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for k, first_count in requests.items():
+        groups.setdefault(first_count, []).append(k)
+    return list(groups.items())
 
 
 def adaptive_rollouts(ctx: TraceContext, options: McOptions, which: list[int]) -> list[Rollout]:
     """The rollouts of `--rollouts auto` from the boundary indices `which`
     (`cotcredit.methods.mc_adaptive`), ordered by boundary and sample."""
-    plan = AdaptivePlan(options.rollout_budget, options.precision, options.round_rollouts)
+    plan = AdaptivePlan(options.rollout_budget, options.precision, options.round_rollouts,
+                        options.first_round)
+    credits = prior_credits(ctx, options.prior, options.forcing)
+    weights = (span_weights(prior_weights(credits), which) if credits is not None else None)
     taken: list[Rollout] = []
 
     def draw(asked: dict[int, tuple[int, int]]) -> dict[int, list[tuple[bool, bool]]]:
@@ -234,20 +341,27 @@ def adaptive_rollouts(ctx: TraceContext, options: McOptions, which: list[int]) -
             by_k.setdefault(r.boundary, []).append((r.correct, r.truncated))
         return {i: by_k.get(which[i], []) for i in asked}
 
-    run_rounds(len(which), plan, draw, drop_truncated=options.truncated == "drop")
+    run_rounds(len(which), plan, draw, drop_truncated=options.truncated == "drop",
+               weights=weights)
     return sorted(taken, key=lambda r: (r.boundary, r.sample))
 
 
 def boundary_value(rollouts: list[Rollout], policy: str) -> BoundaryValue:
-    """V_k, its standard error and counts under the truncation policy."""
+    """V_k, its standard error and counts under the truncation policy (the mean of the
+    rollouts' worth: 1/0, or the forced value of a rollout cut at the horizon)."""
     n = len(rollouts)
     n_trunc = sum(r.truncated for r in rollouts)
     n_correct = sum(r.correct and not r.truncated for r in rollouts)
-    used = n - n_trunc if policy == "drop" else n
-    if used == 0:
+    used = [r for r in rollouts if not (policy == "drop" and r.truncated)]
+    if not used:
         return BoundaryValue(math.nan, math.nan, n, n_correct, n_trunc)
-    v = n_correct / used
-    return BoundaryValue(v, math.sqrt(v * (1 - v) / used), n, n_correct, n_trunc)
+    if all(r.value is None for r in used):  # 0/1 values: exactly the fixed mode's arithmetic
+        v = n_correct / len(used)
+        return BoundaryValue(v, math.sqrt(v * (1 - v) / len(used)), n, n_correct, n_trunc)
+    x = [r.worth for r in used]
+    v = math.fsum(x) / len(x)
+    spread = math.fsum((xi - v) ** 2 for xi in x) / len(x)
+    return BoundaryValue(v, math.sqrt(spread / len(x)), n, n_correct, n_trunc)
 
 
 def interpolate(K: int, measured: dict[int, float]) -> list[float]:
@@ -272,23 +386,43 @@ def run(ctx: TraceContext, options: McOptions) -> MethodRows:
         rollouts = adaptive_rollouts(ctx, options, which)
     else:
         rollouts = sample_rollouts(ctx, options, {k: (0, options.rollouts) for k in which})
-    by_k: dict[int, list[Rollout]] = {k: [] for k in which}
-    for r in rollouts:
-        by_k[r.boundary].append(r)
-    stats = {k: boundary_value(by_k[k], options.truncated) for k in which}
-    V = interpolate(K, {k: s.value for k, s in stats.items()})
-    # Split halves by sample index: even samples (A) and odd samples (B) of every boundary.
-    halves = [
-        interpolate(K, {k: boundary_value([r for r in by_k[k] if r.sample % 2 == parity],
-                                          options.truncated).value for k in which})
-        for parity in (0, 1)
-    ]
+    if options.forces_answers or (options.adaptive and options.prior in READS_TRACE_PASS):
+        # The forced answers and the prior read the trace's forward pass: Monte Carlo alone
+        # would not run it, so it counts in this run's cost.
+        ctx.extra_cost["cost_forward_tokens"] = len(ctx.forward.ids)
     if options.save_rollouts:
         save_rollouts(ctx, options, rollouts)
     n_trunc = sum(r.truncated for r in rollouts)
     if n_trunc:
         ctx.notes.append(f"some rollouts hit --max-new-tokens {options.max_new_tokens} (column "
                          f"n_truncated; they are counted {'as wrong' if options.truncated == 'wrong' else 'out (dropped)'})")
+    rows = rollout_rows(K, which, rollouts, options.truncated)
+    if any(not math.isfinite(r["score"]) for r in rows):
+        # Every row of the trace gets the column, so the trace's rows share one schema.
+        for r in rows:
+            r["score_note"] = None if math.isfinite(r["score"]) else \
+                "no value: every rollout of a boundary was cut off (--truncated drop)"
+        ctx.notes.append("some boundaries had all rollouts cut off and no value (score NaN, "
+                         "see score_note); raise --max-new-tokens")
+    return {"mc": rows}
+
+
+def rollout_rows(K: int, which: list[int], rollouts: list[Rollout], policy: str
+                 ) -> list[dict]:
+    """The rows of a trace of K segments from its rollouts (boundaries `which` scored; one that
+    took no rollout is interpolated like the boundaries between scored ones). A replay of saved
+    rollouts (`cotcredit.methods.mc_replay`) builds its rows here too."""
+    by_k: dict[int, list[Rollout]] = {k: [] for k in which}
+    for r in rollouts:
+        by_k[r.boundary].append(r)
+    stats = {k: boundary_value(by_k[k], policy) for k in which if by_k[k]}
+    V = interpolate(K, {k: s.value for k, s in stats.items()})
+    # Split halves by sample index: even samples (A) and odd samples (B) of every boundary.
+    halves = [
+        interpolate(K, {k: boundary_value([r for r in by_k[k] if r.sample % 2 == parity],
+                                          policy).value for k in stats})
+        for parity in (0, 1)
+    ]
     rows = []
     for i in range(K):
         end = stats.get(i + 1)
@@ -304,30 +438,24 @@ def run(ctx: TraceContext, options: McOptions) -> MethodRows:
             "n_truncated": end.n_truncated if end else 0,
             "interpolated": end is None,
             "trace_rollouts": len(rollouts),
-            "trace_truncated": n_trunc,
-            "truncated_policy": options.truncated,
+            "trace_truncated": sum(r.truncated for r in rollouts),
+            "truncated_policy": policy,
         }
         rows.append(row)
-    if any(not math.isfinite(r["score"]) for r in rows):
-        # Every row of the trace gets the column, so the trace's rows share one schema.
-        for r in rows:
-            r["score_note"] = None if math.isfinite(r["score"]) else \
-                "no value: every rollout of a boundary was cut off (--truncated drop)"
-        ctx.notes.append("some boundaries had all rollouts cut off and no value (score NaN, "
-                         "see score_note); raise --max-new-tokens")
-    return {"mc": rows}
+    return rows
 
 
 # ---- saving rollouts -------------------------------------------------------------------------
-def rollout_schema() -> pa.Schema:
-    """The columns of a rollouts table (`--save-rollouts`): one row per rollout."""
+def rollout_schema(forced: bool = False) -> pa.Schema:
+    """The columns of a rollouts table (`--save-rollouts`): one row per rollout; with `forced`
+    (a horizon) also `value`, the forced value of a rollout cut there (null: graded 0/1)."""
     import pyarrow as pa
 
     return pa.schema([
         ("run_id", pa.string()), ("trace_id", pa.string()), ("boundary", pa.int64()),
         ("token", pa.int64()), ("sample", pa.int64()), ("text", pa.string()),
         ("n_tokens", pa.int64()), ("answer", pa.string()), ("correct", pa.bool_()),
-        ("truncated", pa.bool_()),
+        ("truncated", pa.bool_()), *([("value", pa.float64())] if forced else []),
     ])
 
 
@@ -355,12 +483,15 @@ def save_rollouts(ctx: TraceContext, options: McOptions, rollouts: list[Rollout]
         meta = {"run_id": key, "cotcredit_version": __version__, "table": "mc rollouts",
                 "model": ctx.scorer.describe(),
                 "mc": {k: v for k, v in asdict(options).items() if k != "save_rollouts"}}
-        writer = TableWriter(Path(options.save_rollouts), meta, schema=rollout_schema())
+        writer = TableWriter(Path(options.save_rollouts), meta,
+                             schema=rollout_schema(options.truncates))
         _WRITERS[options.save_rollouts] = writer
     if ctx.trace.id in writer.done:  # resumed after the rollouts but before the scores were saved
         return
+    drop = () if options.truncates else ("value",)
     writer.append([
-        {"run_id": key, "trace_id": ctx.trace.id, **asdict(r)} for r in rollouts
+        {"run_id": key, "trace_id": ctx.trace.id,
+         **{k: v for k, v in asdict(r).items() if k not in drop}} for r in rollouts
     ])
 
 
@@ -372,8 +503,10 @@ def finish(options: McOptions) -> None:
 
 
 def reserve(scorer, trace, options: McOptions) -> int:
-    """Context kept free after the trace: the tokens a rollout may generate."""
-    return options.max_new_tokens
+    """Context kept free after the trace: the tokens a rollout may generate (and, with a
+    horizon, the forced answer after it)."""
+    forced = len(scorer.encode_text(trace.answer)) + 64 if options.truncates else 0
+    return options.max_new_tokens + forced
 
 
 def summary_table(run, label: str, options: McOptions):
@@ -450,8 +583,12 @@ SPEC = MethodSpec(
     columns={"score_half_a": "float64", "score_half_b": "float64", "value_before": "float64", "value_after": "float64", "stderr": "float64", "n_rollouts": "int64", "n_correct": "int64", "n_truncated": "int64", "interpolated": "bool", "trace_rollouts": "int64", "trace_truncated": "int64", "truncated_policy": "string", "score_note": "string"},
     order=1,
     command=MC_BASELINE,
+    prepare=lambda scorer, o: (dataclasses.replace(o, forcing=resolved(scorer, o.forcing))
+                               if o.forces_answers else o),
     finish=finish,
-    uses_trace_pass=False,  # rollouts start from the prefixes' own tokens, not the trace cache
+    # Rollouts start from the prefixes' own tokens, not the trace cache (a horizon or a prior
+    # that reads the pass adds it: `run`).
+    uses_trace_pass=False,
     shortcuts={"rollouts": "rollouts", "max_new_tokens": "max_new_tokens"},
     show=("value_before", "value_after", "stderr", "n_correct", "n_truncated", "score"),
     value_columns=("value_before", "value_after"),

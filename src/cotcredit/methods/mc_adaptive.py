@@ -36,6 +36,21 @@ now varying by boundary. Because the number of rollouts depends on what they ret
 not exactly unbiased (a boundary stops early after a unanimous round); the benchmark
 (benchmarks/bench_mc_adaptive.py) measures its agreement with a 64-rollout Monte Carlo.
 
+Where the first round goes (`--first-round`). `all` (the default): every scored boundary, as
+above. `ends`: the first and the last scored boundary only; then the search of step 4 bisects
+between them, one boundary a round, and only boundaries that were sampled are ever resolved
+further (step 5). A boundary never sampled gets its value by linear interpolation between the
+sampled ones around it (as with `--max-boundaries`), so a located drop falls on one segment and
+the segments around it share what is left. On a trace of K segments the search needs about
+log2 K boundaries instead of K.
+
+A prior (`--prior`; `cotcredit.methods.mc_prior`). A cheap credit per segment (R̂, R̂ + v̂,
+the model's entropy, the string comparison with the known paths) ranks the segments: the one
+with the lowest credit is the likeliest place of the drop. Segment s of rank r_s (0 = lowest,
+ties share their mean rank) gets the weight w_s = 2^(−r_s), and the search asks, among the
+unclear boundaries between lo and hi, for the one that splits the weight of the segments
+between lo and hi most evenly (probabilistic bisection: with equal weights, the middle one).
+
 Random streams. Rollout j of boundary k is drawn from the stream of (seed, trace, token offset
 of k, j), exactly as in the fixed mode: a round continues at sample n_k
 (`SamplingOptions.first_sample`). So the rollouts an adaptive run takes are the first n_k of a
@@ -50,6 +65,7 @@ from dataclasses import dataclass
 
 Z = 1.96  # 95% intervals
 CAP_FACTOR = 4  # no boundary takes more than CAP_FACTOR · budget rollouts
+FIRST_ROUNDS = ("all", "ends")  # where the first round goes (`AdaptivePlan.first_round`)
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,7 @@ class AdaptivePlan:
     budget: int  # rollouts per scored boundary on average
     precision: float  # resolved: 95% interval no wider than ±precision
     round_rollouts: int  # rollouts per boundary per round
+    first_round: str = "all"  # all: every scored boundary; ends: the first and the last
 
     def total(self, boundaries: int) -> int:
         """Rollouts a trace with `boundaries` scored boundaries may take at most."""
@@ -102,9 +119,36 @@ def half_width(t: Tally) -> float:
     return (high - low) / 2
 
 
-def drop_search(tallies: Sequence[Tally], precision: float) -> int | None:
+def prior_weights(credits: Sequence[float]) -> list[float]:
+    """Weights w_s = 2^(−r_s) of the segments from a cheap credit per segment: r_s is the rank
+    of segment s by ascending credit (0 = lowest; tied credits share their mean rank), so the
+    likeliest place of the first drop weighs most."""
+    order = sorted(range(len(credits)), key=lambda s: credits[s])
+    rank = [0.0] * len(credits)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and credits[order[j + 1]] == credits[order[i]]:
+            j += 1
+        for s in order[i:j + 1]:
+            rank[s] = (i + j) / 2
+        i = j + 1
+    return [2.0 ** -r for r in rank]
+
+
+def span_weights(segment_weights: Sequence[float], positions: Sequence[int]) -> list[float]:
+    """The weight of the span before each scored boundary: span i (i ≥ 1) holds the segments
+    between scored boundaries `positions[i−1]` and `positions[i]` (boundary indices); span 0 is
+    empty (weight 0)."""
+    return [0.0] + [sum(segment_weights[a:b]) for a, b in zip(positions, positions[1:],
+                                                              strict=False)]
+
+
+def drop_search(tallies: Sequence[Tally], precision: float,
+                weights: Sequence[float] | None = None) -> int | None:
     """The position (into `tallies`, the scored boundaries in order) the binary search for the
-    first drop asks about next, or None (no drop, or the drop is located)."""
+    first drop asks about next, or None (no drop, or the drop is located). `weights`: the prior
+    weight of the span before each position (`span_weights`); None: the middle one."""
     if len(tallies) < 3:
         return None
     first, last = tallies[0].value, tallies[-1].value
@@ -122,17 +166,33 @@ def drop_search(tallies: Sequence[Tally], precision: float) -> int | None:
     hi = next((i for i, s in enumerate(sides) if s < 0), len(tallies))
     lo = next((i for i in range(hi - 1, -1, -1) if sides[i] > 0), -1)
     unclear = [i for i in range(lo + 1, hi) if half_width(tallies[i]) > precision / 2]
-    return unclear[len(unclear) // 2] if unclear else None
+    if not unclear:
+        return None
+    if weights is None:
+        return unclear[len(unclear) // 2]
+    # Probabilistic bisection: the drop is in a span lo+1..hi; ask where the weight splits.
+    spans = range(max(lo, 0) + 1, min(hi, len(tallies) - 1) + 1)
+    total = sum(weights[s] for s in spans)
+    if total <= 0:
+        return unclear[len(unclear) // 2]
+
+    def imbalance(i: int) -> float:
+        return abs(sum(weights[s] for s in spans if s <= i) / total - 0.5)
+
+    return min(unclear, key=lambda i: (imbalance(i), abs(i - unclear[len(unclear) // 2])))
 
 
-def next_round(tallies: Sequence[Tally], plan: AdaptivePlan, spent: int) -> dict[int, int]:
-    """Rollouts to take next, position -> how many ({} : stop). `spent`: rollouts taken so far."""
+def next_round(tallies: Sequence[Tally], plan: AdaptivePlan, spent: int,
+               weights: Sequence[float] | None = None) -> dict[int, int]:
+    """Rollouts to take next, position -> how many ({} : stop). `spent`: rollouts taken so far;
+    `weights`: the prior's span weights (`drop_search`)."""
     left = plan.total(len(tallies)) - spent
     if not any(t.n for t in tallies):  # the first round
-        wanted = list(range(len(tallies)))
+        n = len(tallies)
+        wanted = list(range(n)) if plan.first_round == "all" else sorted({0, n - 1})
     else:
-        search = drop_search(tallies, plan.precision)
-        width = [half_width(t) for t in tallies]
+        search = drop_search(tallies, plan.precision, weights)
+        width = [half_width(t) if t.n else 0.0 for t in tallies]  # never sampled: not asked
         unresolved = sorted((i for i, w in enumerate(width) if w > plan.precision),
                             key=lambda i: (-width[i], i))
         wanted = ([search] if search is not None else []) + [i for i in unresolved if i != search]
@@ -148,16 +208,17 @@ def next_round(tallies: Sequence[Tally], plan: AdaptivePlan, spent: int) -> dict
 Draw = Callable[[dict[int, tuple[int, int]]], dict[int, list[tuple[bool, bool]]]]
 
 
-def run_rounds(n_boundaries: int, plan: AdaptivePlan, draw: Draw, drop_truncated: bool
-               ) -> list[Tally]:
+def run_rounds(n_boundaries: int, plan: AdaptivePlan, draw: Draw, drop_truncated: bool,
+               weights: Sequence[float] | None = None) -> list[Tally]:
     """Take rollouts in rounds until every boundary is resolved or the budget is spent.
 
     `draw({position: (first sample, count)})` takes the rollouts first..first+count−1 of each
-    position and returns, per position, (correct, truncated) of each, in sample order."""
+    position and returns, per position, (correct, truncated) of each, in sample order.
+    `weights`: the prior's weight of the span before each position (`span_weights`), or None."""
     tallies = [Tally() for _ in range(n_boundaries)]
     spent = 0
     while True:
-        asked = next_round(tallies, plan, spent)
+        asked = next_round(tallies, plan, spent, weights)
         if not asked:
             return tallies
         got = draw({i: (tallies[i].n, m) for i, m in asked.items()})

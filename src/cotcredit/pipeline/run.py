@@ -422,12 +422,15 @@ def _score_trace(
     for name, spec in specs.items():
         t0, f0 = time.perf_counter(), _forward_tokens(scorer)
         p0, g0 = _generation_stats(cache)
-        result = spec.run(dataclasses.replace(ctx, references=references.get(name)), opts[name])
+        method_ctx = dataclasses.replace(ctx, references=references.get(name), extra_cost={})
+        result = spec.run(method_ctx, opts[name])
         p1, g1 = _generation_stats(cache)
         # A method's cost is what a run of it alone would pay: its own passes, the prefill of
-        # its rollouts, and the shared trace pass if it reads it.
-        own = {"cost_forward_tokens": _forward_tokens(scorer) - f0 + p1 - p0,
-               "cost_generated_tokens": g1 - g0}
+        # its rollouts, the shared trace pass if it reads it, and what it says it spent besides.
+        extra = method_ctx.extra_cost
+        own = {"cost_forward_tokens": _forward_tokens(scorer) - f0 + p1 - p0
+               + extra.get("cost_forward_tokens", 0),
+               "cost_generated_tokens": g1 - g0 + extra.get("cost_generated_tokens", 0)}
         if timed:
             own["cost_seconds"] = time.perf_counter() - t0
         cost = {k: v + shared.get(k, 0) if spec.uses_trace_pass else v for k, v in own.items()}
