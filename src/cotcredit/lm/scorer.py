@@ -241,6 +241,25 @@ class Scorer:
         return TracePass(list(ids), logprobs, entropies, cache, time.perf_counter() - t0)
 
     @torch.no_grad()
+    def hidden_states(self, ids: Sequence[int], positions: Sequence[int],
+                      layer: str | int = "last") -> torch.Tensor:
+        """Float32 hidden states (len(positions), hidden) at `positions` of one forward pass over
+        `ids`: layer "last" is the decoder's output (after its final norm: what the head reads),
+        "middle" the output of block ⌈L/2⌉ of L, an int i the i-th of the model's
+        `hidden_states` (0: the embeddings)."""
+        x = torch.tensor([list(ids)], device=self.device)
+        decoder = self._decoder()
+        out = decoder(input_ids=x, output_hidden_states=layer != "last", use_cache=False)
+        self.forward_tokens += x.shape[1]
+        if layer == "last":
+            hidden = out.last_hidden_state
+        else:
+            states = out.hidden_states
+            index = len(states) // 2 if layer == "middle" else int(layer)  # L + 1 states
+            hidden = states[index]
+        return hidden[0, list(positions)].float().cpu()
+
+    @torch.no_grad()
     def forward_batch(
         self, seqs: Sequence[Sequence[int]], stats_from: Sequence[int]
     ) -> tuple[list[TracePass], object]:
