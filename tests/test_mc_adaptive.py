@@ -164,6 +164,33 @@ def test_from_the_ends_the_search_bisects_and_finds_the_drop(drop):
     assert after == drop and before == drop - 1
 
 
+def test_point_decisions_bisect_with_rounds_too_small_for_an_interval():
+    # Rounds of 2: no Wilson interval of 2 rollouts lies on one side of τ, so the interval rule
+    # keeps asking one boundary; the point rule halves the interval every round.
+    p = [1.0 if k < 9 else 0.0 for k in range(16)]
+    point = AdaptivePlan(budget=2, precision=0.3, round_rollouts=2, first_round="ends",
+                         decision="point")
+    log: list = []
+    tallies = run_rounds(16, point, drawer(p, log), drop_truncated=False)
+    assert log[1:5] == [{8: (0, 2)}, {12: (0, 2)}, {10: (0, 2)}, {9: (0, 2)}]  # bisection
+    assert tallies[8].value == 1.0 and tallies[9].value == 0.0
+    # then the budget left resolves what was sampled
+    assert all(half_width(t) <= point.precision for t in tallies if t.n)
+    assert sum(t.n for t in tallies) <= point.total(16)
+    # A first value of 1/2 puts τ at 1/4: 0 of 4 right (interval [0, 0.49]) is not low by its
+    # interval, and the interval rule asks that boundary again; by its estimate it is low.
+    tallies = [Tally(4, 2, 4), Tally(), Tally(4, 0, 4), Tally(), Tally(4, 0, 4)]
+    assert drop_search(tallies, 0.3) == 2
+    assert drop_search(tallies, 0.3, decision="point") == 1
+
+
+def test_a_small_budget_is_shared_between_the_ends():
+    plan = AdaptivePlan(budget=1, precision=0.3, round_rollouts=4, first_round="ends")
+    log: list = []
+    tallies = run_rounds(6, plan, drawer([0.9] * 3 + [0.1] * 3, log), drop_truncated=False)
+    assert log[0] == {0: (0, 3), 5: (0, 3)} and sum(t.n for t in tallies) == 6
+
+
 def test_no_drop_from_the_ends_means_two_boundaries():
     tallies = run_rounds(9, ENDS, drawer([0.9] * 9), drop_truncated=False)
     assert [i for i, t in enumerate(tallies) if t.n] == [0, 8]
@@ -196,8 +223,10 @@ def test_a_right_prior_finds_the_drop_with_fewer_rollouts(drop):
 def test_options():
     McOptions(rollouts="auto").validate()
     McOptions(rollouts="auto", first_round="ends", prior="paths").validate()
+    McOptions(rollouts="auto", first_round="ends", rollout_budget=1).validate()  # ends: 2 first
     for bad in (dict(rollouts="many"), dict(rollouts="auto", rollout_budget=4),
                 dict(rollouts="auto", first_round="middle"), dict(rollouts="auto", prior="x"),
+                dict(rollouts="auto", first_round="ends", rollout_budget=0),
                 dict(rollouts="auto", precision=0), dict(rollouts="auto", round_rollouts=0),
                 dict(rollouts="auto", backend="vllm")):
         with pytest.raises(UserError):

@@ -74,9 +74,11 @@ def test_fewer_rollouts_replay_as_the_first_ones(pool, scorer, traces_file, tmp_
 AUTO = dict(rollouts="auto", rollout_budget=4, round_rollouts=2, precision=0.3, **COMMON)
 
 
-@pytest.mark.parametrize("first_round", ["all", "ends"])
-def test_adaptive_runs_replay_exactly(pool, scorer, traces_file, tmp_path, graded, first_round):
-    options = McOptions(**AUTO, first_round=first_round)
+@pytest.mark.parametrize("first_round,decision", [("all", "interval"), ("ends", "interval"),
+                                                   ("ends", "point")])
+def test_adaptive_runs_replay_exactly(pool, scorer, traces_file, tmp_path, graded, first_round,
+                                      decision):
+    options = McOptions(**AUTO, first_round=first_round, decision=decision)
     tables = live(scorer, traces_file, tmp_path, first_round, options)
     check(tables, pool, options)
     if first_round == "ends":  # some boundaries were never sampled, and are interpolated

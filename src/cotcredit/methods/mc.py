@@ -74,6 +74,7 @@ from cotcredit.lm.generation import Completion, SamplingSettings
 from cotcredit.lm.sampling import get_generator
 from cotcredit.methods.base import MethodCommand, MethodRows, MethodSpec, TraceContext
 from cotcredit.methods.mc_adaptive import (
+    DECISIONS,
     FIRST_ROUNDS,
     AdaptivePlan,
     prior_weights,
@@ -101,10 +102,10 @@ class McOptions(SamplingSettings):
     # The adaptive mode's settings change nothing in the fixed mode (whose run keys they leave
     # as they were before the adaptive mode existed).
     ADAPTIVE_FIELDS: ClassVar[tuple[str, ...]] = ("rollout_budget", "precision", "round_rollouts",
-                                                  "first_round", "prior")
+                                                  "first_round", "decision", "prior")
     # Fields added after runs were keyed: left out of the key at their defaults, so those runs
     # keep their keys (answer forcing counts only where a horizon or a prior uses it).
-    LATER_FIELDS: ClassVar[tuple[str, ...]] = ("first_round", "prior", "horizon",
+    LATER_FIELDS: ClassVar[tuple[str, ...]] = ("first_round", "decision", "prior", "horizon",
                                                "horizon_lines")
 
     rollouts: int | str = option(
@@ -129,6 +130,11 @@ class McOptions(SamplingSettings):
         help="--rollouts auto: where the first round goes: all (every scored boundary) or ends "
         "(the first and the last; the search for the first drop bisects between them and "
         "boundaries never sampled are interpolated).",
+    )
+    decision: str = option(
+        "interval", choices=DECISIONS,
+        help="--rollouts auto: the search places a boundary above or below the drop by its 95% "
+        "interval (interval) or by its estimate alone (point: for few rollouts a round).",
     )
     prior: str = option(
         "none", choices=PRIORS,
@@ -205,10 +211,12 @@ class McOptions(SamplingSettings):
         if self.adaptive:
             if self.round_rollouts < 1:
                 raise UserError(f"--round-rollouts must be at least 1, got {self.round_rollouts}")
-            if self.rollout_budget < self.round_rollouts:
+            if self.rollout_budget < 1:
+                raise UserError(f"--rollout-budget must be at least 1, got {self.rollout_budget}")
+            if self.first_round == "all" and self.rollout_budget < self.round_rollouts:
                 raise UserError(f"--rollout-budget ({self.rollout_budget}) must be at least "
                                 f"--round-rollouts ({self.round_rollouts}): the first round "
-                                "samples every boundary")
+                                "samples every boundary (or --first-round ends)")
             if not 0 < self.precision < 1:
                 raise UserError(f"--precision must be in (0, 1), got {self.precision}")
             if self.backend != "hf":
@@ -328,7 +336,7 @@ def adaptive_rollouts(ctx: TraceContext, options: McOptions, which: list[int]) -
     """The rollouts of `--rollouts auto` from the boundary indices `which`
     (`cotcredit.methods.mc_adaptive`), ordered by boundary and sample."""
     plan = AdaptivePlan(options.rollout_budget, options.precision, options.round_rollouts,
-                        options.first_round)
+                        options.first_round, options.decision)
     credits = prior_credits(ctx, options.prior, options.forcing)
     weights = (span_weights(prior_weights(credits), which) if credits is not None else None)
     taken: list[Rollout] = []

@@ -37,7 +37,8 @@ not exactly unbiased (a boundary stops early after a unanimous round); the bench
 (benchmarks/bench_mc_adaptive.py) measures its agreement with a 64-rollout Monte Carlo.
 
 Where the first round goes (`--first-round`). `all` (the default): every scored boundary, as
-above. `ends`: the first and the last scored boundary only; then the search of step 4 bisects
+above. `ends`: the first and the last scored boundary only (a budget smaller than a round at
+each is shared between the two); then the search of step 4 bisects
 between them, one boundary a round, and only boundaries that were sampled are ever resolved
 further (step 5). A boundary never sampled gets its value by linear interpolation between the
 sampled ones around it (as with `--max-boundaries`), so a located drop falls on one segment and
@@ -50,6 +51,13 @@ with the lowest credit is the likeliest place of the drop. Segment s of rank r_s
 ties share their mean rank) gets the weight w_s = 2^(−r_s), and the search asks, among the
 unclear boundaries between lo and hi, for the one that splits the weight of the segments
 between lo and hi most evenly (probabilistic bisection: with equal weights, the middle one).
+
+Deciding with few rollouts (`--decision point`). With rounds of 2 or 4 rollouts a Wilson
+interval rarely lies on one side of τ (0 of 4 right has the interval [0, 0.49]): the search
+then keeps asking one boundary. `point` places a sampled boundary by its estimate alone (high
+when V̂ > τ, low otherwise), so every round of the search halves the interval, at the price of
+the mistakes its noise makes. Its rounds ask the search's boundary alone; the budget left when
+the drop is located resolves the sampled boundaries as in step 5.
 
 Random streams. Rollout j of boundary k is drawn from the stream of (seed, trace, token offset
 of k, j), exactly as in the fixed mode: a round continues at sample n_k
@@ -66,6 +74,7 @@ from dataclasses import dataclass
 Z = 1.96  # 95% intervals
 CAP_FACTOR = 4  # no boundary takes more than CAP_FACTOR · budget rollouts
 FIRST_ROUNDS = ("all", "ends")  # where the first round goes (`AdaptivePlan.first_round`)
+DECISIONS = ("interval", "point")  # how the search places a boundary (`AdaptivePlan.decision`)
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,7 @@ class AdaptivePlan:
     precision: float  # resolved: 95% interval no wider than ±precision
     round_rollouts: int  # rollouts per boundary per round
     first_round: str = "all"  # all: every scored boundary; ends: the first and the last
+    decision: str = "interval"  # interval: its Wilson interval vs τ; point: its estimate vs τ
 
     def total(self, boundaries: int) -> int:
         """Rollouts a trace with `boundaries` scored boundaries may take at most."""
@@ -145,10 +155,13 @@ def span_weights(segment_weights: Sequence[float], positions: Sequence[int]) -> 
 
 
 def drop_search(tallies: Sequence[Tally], precision: float,
-                weights: Sequence[float] | None = None) -> int | None:
+                weights: Sequence[float] | None = None, decision: str = "interval"
+                ) -> int | None:
     """The position (into `tallies`, the scored boundaries in order) the binary search for the
     first drop asks about next, or None (no drop, or the drop is located). `weights`: the prior
-    weight of the span before each position (`span_weights`); None: the middle one."""
+    weight of the span before each position (`span_weights`); None: the middle one. `decision`:
+    a sampled boundary is high or low by its Wilson interval (interval) or by its estimate
+    (point: high above τ, low at or below; only a boundary never sampled is unclear)."""
     if len(tallies) < 3:
         return None
     first, last = tallies[0].value, tallies[-1].value
@@ -159,6 +172,8 @@ def drop_search(tallies: Sequence[Tally], precision: float,
     def side(t: Tally) -> int:  # +1 high, -1 low, 0 unclear
         if t.usable == 0:
             return 0
+        if decision == "point":
+            return 1 if t.value > tau else -1
         low, high = wilson(t.correct, t.usable)
         return 1 if low > tau else -1 if high < tau else 0
 
@@ -187,18 +202,25 @@ def next_round(tallies: Sequence[Tally], plan: AdaptivePlan, spent: int,
     """Rollouts to take next, position -> how many ({} : stop). `spent`: rollouts taken so far;
     `weights`: the prior's span weights (`drop_search`)."""
     left = plan.total(len(tallies)) - spent
+    per = plan.round_rollouts
     if not any(t.n for t in tallies):  # the first round
         n = len(tallies)
         wanted = list(range(n)) if plan.first_round == "all" else sorted({0, n - 1})
+        # A budget below a round at each end is shared between them: both get a value.
+        per = min(per, max(1, left // len(wanted)))
     else:
-        search = drop_search(tallies, plan.precision, weights)
+        search = drop_search(tallies, plan.precision, weights, plan.decision)
         width = [half_width(t) if t.n else 0.0 for t in tallies]  # never sampled: not asked
         unresolved = sorted((i for i, w in enumerate(width) if w > plan.precision),
                             key=lambda i: (-width[i], i))
-        wanted = ([search] if search is not None else []) + [i for i in unresolved if i != search]
+        if search is not None and plan.decision == "point":
+            wanted = [search]  # the search first; what is left resolves the boundaries after
+        else:
+            wanted = ([search] if search is not None else []) + [i for i in unresolved
+                                                                 if i != search]
     out = {}
     for i in wanted:
-        take = min(plan.round_rollouts, plan.cap - tallies[i].n, left)
+        take = min(per, plan.cap - tallies[i].n, left)
         if take > 0:
             out[i] = take
             left -= take

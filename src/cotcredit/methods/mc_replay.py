@@ -89,7 +89,7 @@ def replay(saved: SavedTrace, options: McOptions, prior: list[float] | None = No
 
     if options.adaptive:
         plan = AdaptivePlan(options.rollout_budget, options.precision, options.round_rollouts,
-                            options.first_round)
+                            options.first_round, options.decision)
         weights = span_weights(prior_weights(prior), which) if prior is not None else None
 
         def draw(asked: dict[int, tuple[int, int]]) -> dict[int, list[tuple[bool, bool]]]:
