@@ -54,7 +54,9 @@ def test_a_horizon_no_rollout_reaches_is_plain_monte_carlo(scorer, traces_file, 
     cut, _ = run(scorer, traces_file, horizon=horizon)
     pd.testing.assert_frame_equal(plain["mc"][VALUES + ["n_truncated", "stderr"]],
                                   cut["mc"][VALUES + ["n_truncated", "stderr"]])
-    assert (plain["mc"]["cost_generated_tokens"] == cut["mc"]["cost_generated_tokens"]).all()
+    # No rollout was cut, no answer forced: the same cost too.
+    for column in ("cost_forward_tokens", "cost_generated_tokens"):
+        assert (plain["mc"][column] == cut["mc"][column]).all()
 
 
 @pytest.mark.parametrize("exit_string", [None, "The answer is "])

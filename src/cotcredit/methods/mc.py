@@ -394,7 +394,8 @@ def run(ctx: TraceContext, options: McOptions) -> MethodRows:
         rollouts = adaptive_rollouts(ctx, options, which)
     else:
         rollouts = sample_rollouts(ctx, options, {k: (0, options.rollouts) for k in which})
-    if options.forces_answers or (options.adaptive and options.prior in READS_TRACE_PASS):
+    forced = any(r.value is not None for r in rollouts)
+    if forced or (options.adaptive and options.prior in READS_TRACE_PASS):
         # The forced answers and the prior read the trace's forward pass: Monte Carlo alone
         # would not run it, so it counts in this run's cost.
         ctx.extra_cost["cost_forward_tokens"] = len(ctx.forward.ids)
