@@ -32,7 +32,12 @@ from typing import TYPE_CHECKING
 from cotcredit.errors import UserError
 
 if TYPE_CHECKING:
+    import pandas as pd
     import torch
+
+    from cotcredit.data.trace import Trace
+    from cotcredit.lm import Scorer
+    from cotcredit.lm.encoding import EncodedTrace
 
 KINDS = ("linear", "mlp")
 TARGETS = ("mc", "outcome")
@@ -63,8 +68,8 @@ def boundary_positions(prompt_len: int, boundaries: Sequence[int]) -> list[int]:
     return [prompt_len + b - 1 for b in boundaries]
 
 
-def boundary_features(scorer, encoded, boundaries: Sequence[int], layer: str | int
-                      ) -> torch.Tensor:
+def boundary_features(scorer: Scorer, encoded: EncodedTrace, boundaries: Sequence[int],
+                      layer: str | int) -> torch.Tensor:
     """Hidden states (K+1, hidden) at the boundaries of one encoded trace: one forward pass."""
     return scorer.hidden_states(encoded.ids, boundary_positions(encoded.prompt_len, boundaries),
                                 layer)
@@ -221,7 +226,7 @@ def cross_fit(features: Mapping[str, torch.Tensor], targets: Mapping[str, Sequen
     return FittedHead(spec, fold_of, fold_models, outside, target, {}, fitted_on)
 
 
-def mc_targets(table, trace_ids: Sequence[str] | None = None) -> dict[str, list[float]]:
+def mc_targets(table: pd.DataFrame, trace_ids: Sequence[str] | None = None) -> dict[str, list[float]]:
     """V_0..V_K per trace from a Monte Carlo table's rows (value_before of the first segment,
     then value_after of each)."""
     rows = table.sort_values(["trace_id", "segment"])
@@ -233,7 +238,8 @@ def mc_targets(table, trace_ids: Sequence[str] | None = None) -> dict[str, list[
     return out
 
 
-def fit_value_head(traces, values, scorer, output: str | Path, *, spec: HeadSpec = HeadSpec(),
+def fit_value_head(traces: str | Path | Sequence[Trace], values: str | Path | pd.DataFrame,
+                   scorer: Scorer, output: str | Path, *, spec: HeadSpec = HeadSpec(),
                    folds: int = 5, target: str = "mc", scored_traces: int | None = None
                    ) -> FittedHead:
     """Fit a value head and save it to `output`.
