@@ -163,9 +163,13 @@ def figure(regime: str, table: pd.DataFrame, chosen: dict, path) -> None:
             ax.scatter(sel["tokens"], sel[metric], s=60, facecolors="none", edgecolors=color,
                        linewidths=1.5)
         ax.plot(curve["tokens"], curve[metric], "k.-", label="mc-n (reference)")
-        for _, r in curve[curve["n"].isin(SHOWN_N)].iterrows():
-            ax.annotate(f"{r['n']}", (r["tokens"], r[metric]), fontsize=8,
+        for name, r in curve[curve["n"].isin(SHOWN_N)].iterrows():
+            ax.annotate(name, (r["tokens"], r[metric]), fontsize=8,
                         textcoords="offset points", xytext=(3, -9))
+        for name, style in (("refdiff-solutions", "-."), ("refdiff-siblings", ":")):
+            if name in table.index and np.isfinite(table.loc[name, metric]):
+                ax.axhline(table.loc[name, metric], color="tab:red", ls=style, lw=1,
+                           label=f"{name} (reads the paths; no tokens)")
         for share in CAPS.values():
             ax.axvline(share * mc16, color="grey", ls=":", lw=1)
         if metric == "loc":
@@ -188,11 +192,12 @@ def _fmt(x, digits=3):
 
 def write_report(regimes) -> None:
     chosen = json.loads((HERE / "chosen.json").read_text())
-    frontier, comps, dev_rows, verdicts = [], [], [], {}
+    frontier, comps, dev_rows, verdicts, dev_tables = [], [], [], {}, {}
     for regime in regimes:
         dev = results(regime, "dev")
         if dev is not None:
-            dev_rows.append(summary(dev).assign(regime=regime))
+            dev_tables[regime] = summary(dev)
+            dev_rows.append(dev_tables[regime].assign(regime=regime))
         test = results(regime, "test")
         if test is None:
             continue
@@ -215,10 +220,58 @@ def write_report(regimes) -> None:
     comp = pd.DataFrame(comps)
     comp.to_csv(HERE / "comparisons.csv", index=False, float_format="%.4g")
     (HERE / "verdicts.json").write_text(json.dumps(verdicts, indent=1, default=float) + "\n")
-    (HERE / "frontier.md").write_text(markdown(front, comp, verdicts))
+    (HERE / "frontier.md").write_text(markdown(front, comp, verdicts, dev_tables))
 
 
-def markdown(front: pd.DataFrame, comp: pd.DataFrame, verdicts: dict) -> str:
+def horizon_table(t: pd.DataFrame) -> list[str]:
+    """Localization (tokens) of each horizon by rollouts per boundary: where it saturates."""
+    from .live import HORIZON_ROLLOUTS, HORIZONS, horizon_name
+
+    if not t.index.str.startswith("horizon-").any():
+        return []
+    head = " | ".join(f"n = {r}" for r in HORIZON_ROLLOUTS)
+    out = ["Truncated rollouts: localization (tokens per trace) by horizon and rollouts per "
+           "boundary; mc-n for comparison.", "", f"| horizon | {head} |",
+           "|---|" + "---|" * len(HORIZON_ROLLOUTS)]
+    for kind, n in HORIZONS:
+        cells = []
+        for r in HORIZON_ROLLOUTS:
+            name = horizon_name(kind, n, r)
+            cells.append(f"{t.loc[name, 'loc']:.3f} ({t.loc[name, 'tokens']:,.0f})"
+                         if name in t.index else "–")
+        label = f"{n} tokens" if kind == "tokens" else f"{n} line{'s' * (n > 1)}"
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    cells = [f"{t.loc[f'mc-{r}', 'loc']:.3f} ({t.loc[f'mc-{r}', 'tokens']:,.0f})"
+             for r in HORIZON_ROLLOUTS]
+    out += ["| none (mc-n) | " + " | ".join(cells) + " |", ""]
+    return out
+
+
+def head_table(t: pd.DataFrame, dev: pd.DataFrame | None) -> list[str]:
+    """Per fitting fraction (and the outcome head): the configuration best on dev and its
+    held-out localization and tokens."""
+    if dev is None or not t.index.str.startswith("head-").any():
+        return []
+    out = ["Value head: per fitting fraction, the configuration best on dev (layer, head, l2) "
+           "and its held-out localization.", "",
+           "| fitted on | configuration | dev localization | localization | tokens |",
+           "|---|---|---|---|---|"]
+    for label, prefix in (("5% of problems, mc-16", "head-mc-f05-"),
+                          ("10%, mc-16", "head-mc-f10-"), ("25%, mc-16", "head-mc-f25-"),
+                          ("outcomes of every other problem", "head-outcome-")):
+        mine = dev[dev.index.str.startswith(prefix)]
+        if mine.empty:
+            continue
+        best = mine.sort_values(["loc", "tokens"], ascending=[False, True]).index[0]
+        if best in t.index:
+            out.append(f"| {label} | {best} | {mine.loc[best, 'loc']:.3f} | "
+                       f"{t.loc[best, 'loc']:.3f} | {t.loc[best, 'tokens']:,.0f} |")
+    return out + [""]
+
+
+def markdown(front: pd.DataFrame, comp: pd.DataFrame, verdicts: dict,
+             dev_tables: dict | None = None) -> str:
+    dev_tables = dev_tables or {}
     lines = ["# Value below Monte Carlo's price: the frontier (held-out)", "",
              "Tokens per trace = forward + generated, everything a source spends. Localization: "
              "top-1 on traces with a wrong step and a wrong answer; false blame: valid "
@@ -238,8 +291,9 @@ def markdown(front: pd.DataFrame, comp: pd.DataFrame, verdicts: dict) -> str:
             mine = t[t.index.str.startswith(prefix)]
             for share in (0.10, 0.25, None):
                 under = mine if share is None else mine[mine["tokens"] <= share * mc16]
-                if len(under):
-                    best.append(under["loc"].idxmax())
+                if len(under):  # the cheapest of the best
+                    best.append(under.sort_values(["loc", "tokens"],
+                                                  ascending=[False, True]).index[0])
         for name in list(dict.fromkeys(shown + best)):
             if name not in t.index:
                 continue
@@ -270,5 +324,6 @@ def markdown(front: pd.DataFrame, comp: pd.DataFrame, verdicts: dict) -> str:
                              f"{r['loc']:.3f} | {ci('a')} | {ci('b')} | {ci('c')}{eq} | "
                              f"{ci('d')}{st} | {'yes' if r['meets_goal'] else 'no'} |")
             lines.append("")
+        lines += horizon_table(t) + head_table(t, dev_tables.get(regime))
         lines += [f"![{regime}](frontier_{regime}.png)", ""]
     return "\n".join(lines)
