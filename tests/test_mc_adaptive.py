@@ -318,3 +318,39 @@ def test_cli_rollouts_auto(tiny_model_dir, traces_file, tmp_path, graded):
     df = pd.read_parquet(out)
     assert len(df) == 6 and (df["n_rollouts"] >= 2).all()
     assert (df.groupby("trace_id")["trace_rollouts"].first() <= 3 * 3).all()
+
+
+def test_the_rredcot_prior_follows_the_siblings_in_the_input(scorer, tmp_path, monkeypatch):
+    """The rredcot prior is RREDCoT's credit with its default references, siblings read from
+    the input as rredcot's own run reads them: the same numbers, and no note that siblings
+    were unknown."""
+    import json
+
+    from cotcredit.methods import mc
+    from cotcredit.methods.rredcot import RredcotOptions
+    from cotcredit.methods.rredcot.paths import NO_SIBLINGS_NOTE
+
+    base = {"prompt": "What do 3 apples cost at 4 each?", "answer": "12", "problem_id": "p1"}
+    lines = ["Apples cost 4 each.\nSo 3 apples cost 12.\nThe answer is 12.",
+             "There are 3 apples.\nAt 4 each they cost 12.\nThe answer is 12.",
+             "Apples cost 4 each.\nSo 3 apples cost 13.\nThe answer is 13."]
+    path = tmp_path / "traces.jsonl"
+    path.write_text("".join(json.dumps({**base, "id": f"t{i}", "response": r,
+                                        "correct": r.endswith("12.")}) + "\n"
+                            for i, r in enumerate(lines)))
+    priors = {}
+
+    def recorded(ctx, prior, forcing):
+        priors[ctx.trace.id] = mc_prior_credits(ctx, prior, forcing)
+        return priors[ctx.trace.id]
+
+    mc_prior_credits = mc.prior_credits
+    monkeypatch.setattr(mc, "prior_credits", recorded)
+    assert mc.SPEC.reads_siblings(McOptions(**AUTO, prior="rredcot"))
+    assert not mc.SPEC.reads_siblings(McOptions(prior="rredcot"))  # fixed mode: no prior
+    s = run_analysis(path, scorer, segment_options=SegmentOptions(segments="lines"), methods={
+        "mc": McOptions(**AUTO, prior="rredcot"), "rredcot": RredcotOptions()})
+    rows = pd.DataFrame(s.rows["rredcot"])
+    assert NO_SIBLINGS_NOTE not in s.notes and set(priors) == {"t0", "t1", "t2"}
+    for tid, g in rows.groupby("trace_id"):
+        assert priors[tid] == pytest.approx(list(g["g_after"] - g["g_before"]))

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
+from cotcredit.data.trace import problem_key
 from cotcredit.data.traces import iter_traces
 from cotcredit.errors import UserError
 from cotcredit.methods.mc import McOptions
-from cotcredit.methods.rredcot_paths import problem_key
 from cotcredit.methods.value_head import ValueHeadOptions
 from cotcredit.methods.value_head_fit import (
     HeadSpec,

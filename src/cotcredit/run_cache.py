@@ -1,8 +1,9 @@
 """What one run builds once and reuses, passed explicitly instead of kept on the model.
 
 `run_analysis` makes one per run (methods find it as `TraceContext.cache`); an online scorer
-keeps one for its life. Kinds: ``"forcing"`` (`lm.forcing.answer_forcing`) and ``"generator"``
-(`lm.sampling.get_generator`, whose token counts give each method's cost). A function asked
+keeps one for its life. Kinds: ``"forcing"`` (`lm.forcing.answer_forcing`), ``"generator"``
+(`lm.sampling.get_generator`, whose token counts give each method's cost) and ``"value-head"``
+(`methods.value_head`: a fitted head by its file). A function asked
 without a cache builds what it needs afresh.
 """
 

@@ -2,7 +2,8 @@
 (`mc-n`, the first n rollouts of every boundary), replayed on the bench's rollout pool.
 
 Every configuration draws only saved rollouts (a boundary takes at most 4 x budget <= 32), so its
-replay is what a live run returns and spends (`cotcredit.methods.mc_replay`, tests/test_mc_replay.py).
+replay is what a live run returns and spends (`cotcredit.methods.mc_replay`,
+tests/test_mc_replay.py).
 """
 
 from __future__ import annotations

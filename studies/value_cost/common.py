@@ -216,7 +216,7 @@ def _leaves(response: str, paths: list[str], spans: list[tuple[int, int]]) -> li
     return [-1.0 if a <= at < b else 0.0 for a, b in spans]
 
 
-# ---- intervals by problem -------------------------------------------------------------------------
+# ---- intervals by problem ------------------------------------------------------------------
 def problem_bootstrap(values: pd.DataFrame, problems: pd.Series, n_boot: int = 2000,
                       seed: int = 0) -> pd.DataFrame:
     """Mean and 95% percentile interval of each column of `values` (rows: traces; NaN: not in

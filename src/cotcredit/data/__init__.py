@@ -4,8 +4,8 @@ Its modules, each building on those before it:
 * ``readers``: records from JSONL, gzip, JSON, Parquet, ``datasets`` folders and ids;
 * ``fields``: which keys hold each part of a trace (``FieldNames``, the ``--format`` presets);
 * ``grading``: extracting a final answer and checking it against the reference;
-* ``trace``: the ``Trace`` record, where its reasoning ends and where it departs from a
-  reference solution;
+* ``trace``: the ``Trace`` record, where its reasoning ends, where it departs from a
+  reference solution, and which problem it answers (``problem_key``);
 * ``records``: one input record -> its traces (``parse_record``);
 * ``traces``: reading a whole input, streamed or into memory;
 * ``problems``: problem sets (prompt, answer, optional solution);
@@ -25,7 +25,7 @@ _WHERE = {
     ), "cotcredit.data.fields"),
     **dict.fromkeys((
         "THINK_OPEN", "THINK_CLOSE", "Trace", "TraceError", "one_line", "reasoning_end",
-        "first_departure",
+        "first_departure", "PROBLEM_FIELD", "problem_key",
     ), "cotcredit.data.trace"),
     **dict.fromkeys((
         "STEP_SEPARATOR", "final_answer", "parse_record", "parse_trace",

@@ -148,3 +148,13 @@ def first_departure(response: str, solution: str) -> int:
         if i >= len(ref) or text != ref[i][1]:
             return start
     return -1 if len(mine) == len(ref) else end
+
+
+#: The record field that groups responses to one problem (else the prompt does).
+PROBLEM_FIELD = "problem_id"
+
+
+def problem_key(trace: Trace) -> str:
+    """What groups responses to one problem: the `problem_id` field, else the prompt."""
+    pid = trace.extra.get(PROBLEM_FIELD)
+    return f"id:{pid}" if pid is not None else f"prompt:{trace.prompt}"

@@ -27,14 +27,11 @@ truncation policy and interpolation as `score`; a half with no usable rollout (N
 off under "drop") has value NaN, so its scores are NaN. With N even and truncated="wrong",
 (score_half_a + score_half_b) / 2 = score exactly.
 
-A boundary whose rollouts were all cut off under "drop" has no value: its segments get score NaN
-with a `score_note`.
+A boundary whose rollouts were all cut off under "drop" has no value (score NaN, `score_note`).
 
-`max_boundaries` = M < K + 1 scores only M evenly spaced boundaries, always 0 and K:
-b-index round(i·K/(M−1)), i = 0..M−1. V at the boundaries in between is interpolated linearly
-in the boundary index, so the credit V_b − V_a of a span of segments a+1..b is spread evenly
-over its segments; their rows say `interpolated` = True (their end was not scored: stderr NaN,
-counts 0). Σ credits is still V_K − V_0.
+`max_boundaries` = M < K + 1 scores M evenly spaced boundaries (b-index round(i·K/(M−1)), 0 and
+K among them); V in between is linear in the boundary index, so a span's credit V_b − V_a is
+spread evenly over its segments, whose rows say `interpolated` = True (stderr NaN, counts 0).
 
 Adaptive mode (`rollouts="auto"`, `--rollouts auto`): rollouts in rounds, a first round from
 every scored boundary, then more only from boundaries whose value is not resolved to
@@ -52,11 +49,9 @@ mean of the rollouts' values (`cotcredit.methods.mc_horizon`; N = 0 is R̂). std
 sqrt(mean((x − V_k)²) / n_k), which is the formula above for 0/1 values; n_correct counts the
 rollouts that ended right.
 
-Cost: all N·(K+1) rollouts of a trace go to the generator in one call (see `cotcredit.lm.sampling`:
-batched, shared prefill per state, prefix caching under vLLM). Each row (per segment) carries
-score_half_a, score_half_b, value_before, value_after (V at its start and end), stderr (of
-value_after), n_rollouts, n_correct, n_truncated (of its end boundary) and the trace totals
-trace_rollouts, trace_truncated. `save_rollouts` writes every completion to a Parquet file, per trace.
+Cost: all N·(K+1) rollouts of a trace go to the generator in one call (`cotcredit.lm.sampling`:
+shared prefill per state, prefix caching under vLLM). The columns are the spec's (`SPEC`);
+`save_rollouts` writes every completion to a Parquet file, per trace.
 """
 
 from __future__ import annotations
@@ -77,12 +72,19 @@ from cotcredit.methods.mc_adaptive import (
     DECISIONS,
     FIRST_ROUNDS,
     AdaptivePlan,
+    generate_calls,
     prior_weights,
     run_rounds,
     span_weights,
 )
 from cotcredit.methods.mc_horizon import cut_by_horizon, forced_values, generation_limits
-from cotcredit.methods.mc_prior import PRIORS, READS_TRACE_PASS, prior_credits
+from cotcredit.methods.mc_prior import (
+    PRIORS,
+    READS_TRACE_PASS,
+    follows_paths,
+    prior_credits,
+    prior_references,
+)
 from cotcredit.options import option
 from cotcredit.store import io
 
@@ -320,16 +322,6 @@ def sample_rollouts(ctx: TraceContext, options: McOptions,
         for (r, _), v in zip(cut, values, strict=True):
             r.value = v
     return rollouts
-
-
-def generate_calls(requests: dict[int, tuple[int, int]]
-                   ) -> list[tuple[tuple[int, int], list[int]]]:
-    """The generator calls of one draw: boundaries grouped by (first sample, count), in the
-    order `requests` names them (each call prefills its longest state once)."""
-    groups: dict[tuple[int, int], list[int]] = {}
-    for k, first_count in requests.items():
-        groups.setdefault(first_count, []).append(k)
-    return list(groups.items())
 
 
 def adaptive_rollouts(ctx: TraceContext, options: McOptions, which: list[int]) -> list[Rollout]:
@@ -588,6 +580,8 @@ SPEC = MethodSpec(
     run=run,
     labels=lambda options: ["mc"],
     reserve=reserve,
+    references=prior_references,  # the rredcot prior's v̂ follows them (room is kept for them)
+    reads_siblings=follows_paths,
     description="Monte Carlo values V_k from N graded rollouts per boundary; credit V_k − V_(k−1)",
     columns={"score_half_a": "float64", "score_half_b": "float64", "value_before": "float64", "value_after": "float64", "stderr": "float64", "n_rollouts": "int64", "n_correct": "int64", "n_truncated": "int64", "interpolated": "bool", "trace_rollouts": "int64", "trace_truncated": "int64", "truncated_policy": "string", "score_note": "string"},
     order=1,

@@ -230,6 +230,16 @@ def next_round(tallies: Sequence[Tally], plan: AdaptivePlan, spent: int,
 Draw = Callable[[dict[int, tuple[int, int]]], dict[int, list[tuple[bool, bool]]]]
 
 
+def generate_calls(requests: dict[int, tuple[int, int]]
+                   ) -> list[tuple[tuple[int, int], list[int]]]:
+    """The generator calls of one draw: boundaries grouped by (first sample, count), in the
+    order `requests` names them (each call prefills its longest state once)."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for k, first_count in requests.items():
+        groups.setdefault(first_count, []).append(k)
+    return list(groups.items())
+
+
 def run_rounds(n_boundaries: int, plan: AdaptivePlan, draw: Draw, drop_truncated: bool,
                weights: Sequence[float] | None = None) -> list[Tally]:
     """Take rollouts in rounds until every boundary is resolved or the budget is spent.

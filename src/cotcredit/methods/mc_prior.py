@@ -49,11 +49,26 @@ def prior_credits(ctx: TraceContext, prior: str, forcing: ForcingOptions) -> lis
     raise ValueError(f"unknown prior {prior!r}")
 
 
+def follows_paths(options) -> bool:
+    """Whether an mc run's prior reads known paths (the rredcot prior of `--rollouts auto`)."""
+    return options.adaptive and options.prior == "rredcot"
+
+
+def prior_references(trace, siblings, options, notes: list[str]) -> list[list[str]]:
+    """The known paths the rredcot prior's v̂ follows (RREDCoT's default `--references`,
+    siblings from the run's input); none for the other priors. `MethodSpec.references` of mc."""
+    if not follows_paths(options):
+        return []
+    from cotcredit.methods.rredcot import RredcotOptions, trace_references
+
+    return trace_references(trace, RredcotOptions(), siblings, notes)
+
+
 def paths_credits(trace, spans: list[tuple[int, int]]) -> list[float] | None:
     """−1 on the segment (character span of the response) holding the point where the reasoning
     leaves the last of the trace's known paths, 0 elsewhere; None without a listed path or when
     it follows one throughout."""
-    from cotcredit.methods.rredcot_paths import listed_solutions
+    from cotcredit.methods.rredcot.paths import listed_solutions
 
     paths = [p for p in dict.fromkeys([trace.solution or "", *listed_solutions(trace)]) if p]
     if not paths:

@@ -22,8 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cotcredit.methods.mc import McOptions, Rollout, generate_calls, rollout_rows, scored_boundaries
-from cotcredit.methods.mc_adaptive import AdaptivePlan, prior_weights, run_rounds, span_weights
+from cotcredit.methods.mc import McOptions, Rollout, rollout_rows, scored_boundaries
+from cotcredit.methods.mc_adaptive import (
+    AdaptivePlan,
+    generate_calls,
+    prior_weights,
+    run_rounds,
+    span_weights,
+)
 
 
 @dataclass

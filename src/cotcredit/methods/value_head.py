@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cotcredit.data.trace import problem_key
 from cotcredit.errors import UserError
 from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.methods.value_head_fit import FittedHead, boundary_features, load_head
@@ -43,20 +44,9 @@ class ValueHeadOptions:
         return self
 
 
-_HEADS: dict[str, FittedHead] = {}
-
-
-def _head(path: str) -> FittedHead:
-    if path not in _HEADS:
-        _HEADS[path] = load_head(path)
-    return _HEADS[path]
-
-
 def run(ctx: TraceContext, options: ValueHeadOptions) -> MethodRows:
     """Value-head rows for one trace: score = V̂_k − V̂_(k−1), with V̂ before/after."""
-    from cotcredit.methods.rredcot_paths import problem_key
-
-    head = _head(options.head)
+    head: FittedHead = ctx.cache.get("value-head", options.head, lambda: load_head(options.head))
     bounds = ctx.segmentation.boundaries
     x = boundary_features(ctx.scorer, ctx.encoded, bounds, head.spec.layer)
     problem = problem_key(ctx.trace)

@@ -103,7 +103,8 @@ def fit_model(x: torch.Tensor, y: torch.Tensor, spec: HeadSpec) -> dict:
         return bce(model(z)[:, 0], y) + spec.l2 * _penalty(model)
 
     if spec.kind == "linear":
-        opt = torch.optim.LBFGS(model.parameters(), max_iter=spec.steps, line_search_fn="strong_wolfe")
+        opt = torch.optim.LBFGS(model.parameters(), max_iter=spec.steps,
+                                line_search_fn="strong_wolfe")
 
         def closure():
             opt.zero_grad()
@@ -226,7 +227,8 @@ def cross_fit(features: Mapping[str, torch.Tensor], targets: Mapping[str, Sequen
     return FittedHead(spec, fold_of, fold_models, outside, target, {}, fitted_on)
 
 
-def mc_targets(table: pd.DataFrame, trace_ids: Sequence[str] | None = None) -> dict[str, list[float]]:
+def mc_targets(table: pd.DataFrame,
+               trace_ids: Sequence[str] | None = None) -> dict[str, list[float]]:
     """V_0..V_K per trace from a Monte Carlo table's rows (value_before of the first segment,
     then value_after of each)."""
     rows = table.sort_values(["trace_id", "segment"])
@@ -258,8 +260,8 @@ def fit_value_head(traces: str | Path | Sequence[Trace], values: str | Path | pd
     import pandas as pd
 
     from cotcredit.data.outcome import trace_outcome
+    from cotcredit.data.trace import problem_key
     from cotcredit.data.traces import iter_traces
-    from cotcredit.methods.rredcot_paths import problem_key
 
     if target not in TARGETS:
         raise UserError(f"value head: target must be one of {', '.join(TARGETS)}")

@@ -19,8 +19,9 @@ from cotcredit._lazy import lazy_index
 _WHERE = {
     **dict.fromkeys((
         "InputOptions", "parse_shard", "in_shard", "stream_traces", "select", "load_traces",
-        "check_inputs", "SiblingIndex", "sibling_index", "problem_key",
+        "check_inputs", "SiblingIndex", "sibling_index",
     ), "cotcredit.pipeline.inputs"),
+    "problem_key": "cotcredit.data.trace",
     **dict.fromkeys((
         "score", "scorer_for", "fields_spec", "segment_columns", "run_analysis",
         "with_rendered_prompt",

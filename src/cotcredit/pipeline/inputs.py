@@ -15,7 +15,7 @@ from typing import Any
 from cotcredit.data.fields import FieldOptions
 from cotcredit.data.outcome import trace_outcome
 from cotcredit.data.readers import open_records
-from cotcredit.data.trace import Trace, TraceError
+from cotcredit.data.trace import Trace, TraceError, problem_key
 from cotcredit.data.traces import iter_traces
 from cotcredit.errors import UserError
 from cotcredit.methods import get_method
@@ -107,16 +107,6 @@ def select(
         yield pos, item
         if limit is not None and taken >= limit:  # stop reading: later lines are not ours
             return
-
-
-#: The record field that groups responses to one problem (else the prompt does).
-PROBLEM_FIELD = "problem_id"
-
-
-def problem_key(trace: Trace) -> str:
-    """What groups responses to one problem: the `problem_id` field, else the prompt."""
-    pid = trace.extra.get(PROBLEM_FIELD)
-    return f"id:{pid}" if pid is not None else f"prompt:{trace.prompt}"
 
 
 class SiblingIndex:
