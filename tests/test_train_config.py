@@ -75,6 +75,29 @@ def test_credit_sources_and_their_sections(tmp_path):
         "oracle.regime 'nope' is no bench regime; known: unique, multipath")
 
 
+def test_the_method_source_takes_any_registered_method_and_its_options(tmp_path):
+    from cotcredit.methods.mc import McOptions
+
+    auto = "{rollouts: auto, rollout_budget: 4, first_round: ends, prior: paths}"
+    cfg = load_config(write(tmp_path, MINIMAL + f"advantage: method\nmethod: {{name: mc, "
+                                                f"options: {auto}}}\n"))
+    assert (cfg.advantage, cfg.method.name) == ("method", "mc")
+    from cotcredit.training.method_credit import method_options
+
+    assert method_options("mc", cfg.method.options) == McOptions(
+        rollouts="auto", rollout_budget=4, first_round="ends", prior="paths")
+    assert load_config(write(tmp_path, MINIMAL + "advantage: method\nmethod: {name: mc, options: "
+                             "{rollouts: 4, horizon: 32}}\n")).method.options["horizon"] == 32
+    assert error_of(tmp_path, MINIMAL + "advantage: method\n") == (
+        "the method credit needs 'method.name' (a registered method, e.g. value-head or mc)")
+    assert error_of(tmp_path, MINIMAL + "advantage: method\nmethod: {name: nope}\n").startswith(
+        "unknown method 'nope' (known: ")
+    assert error_of(tmp_path, MINIMAL + "advantage: method\nmethod: {name: mc, options: "
+                    "{rolouts: 3}}\n").startswith("method.options: unknown option 'rolouts'")
+    assert error_of(tmp_path, MINIMAL + "advantage: method\nmethod: {name: value-head}\n"
+                    ).startswith("value-head needs a fitted head")
+
+
 def test_rredcot_takes_any_rredcot_option(tmp_path):
     cfg = load_config(write(tmp_path, MINIMAL + (
         "rredcot: {value: both, space: log, vhat_weight: 0.5, solution-part: whole, "
@@ -193,7 +216,8 @@ def test_empty_sections_mean_defaults(tmp_path):
         ("grpo:\n  report_to: 5\n", "grpo.report_to: must be a string (got 5)"),
         ("grpo: 3\n", "grpo: must be a mapping (key: value lines) (got 3)"),
         ("advantage: rudder\n",
-         "advantage: must be 'grpo', 'rredcot', 'mc', 'oracle' or 'shuffled' (got 'rudder')"),
+         "advantage: must be 'grpo', 'rredcot', 'mc', 'oracle', 'shuffled' or 'method' "
+         "(got 'rudder')"),
         ("mc:\n  rollouts: 0\n", "mc.rollouts: must be >= 1 (got 0)"),
         (
             "rredcot:\n  value: qhat\n",

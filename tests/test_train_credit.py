@@ -394,6 +394,8 @@ advantage: {advantage}
 credit: {{form: {form}, segments: lines, shuffled: oracle}}
 oracle: {{regime: unique}}
 mc: {{rollouts: 2}}
+method: {{name: mc, options: {{rollouts: auto, rollout_budget: 2, round_rollouts: 1, first_round: ends,
+                              max_new_tokens: 8}}}}
 rredcot: {{value: both, exit_string: "The answer is "}}
 grpo:
   num_generations: 4
@@ -423,6 +425,7 @@ def unique_train_file(tmp_path_factory):
     ("grpo", "reweight"),
     *[(a, f) for a in ("oracle", "mc", "rredcot", "shuffled")
       for f in ("reweight", "segment-rewards")],
+    ("method", "reweight"),
 ])
 def test_every_source_and_form_trains_two_steps(unique_train_file, advantage, form):
     import yaml

@@ -141,3 +141,26 @@ def test_options_refuse_a_missing_head(tmp_path):
     (tmp_path / "junk.pt").write_text("junk")
     with pytest.raises(UserError, match="not a value head"):
         ValueHeadOptions(str(tmp_path / "junk.pt")).validate()
+
+
+def test_the_head_trains_as_a_method_credit_source(scorer, traces_file, fitted):
+    """`advantage: method` with the value head: a completion's rewards are the method's scores
+    on the same tokens (`run_analysis` on its trace), its spans the segments'."""
+    from cotcredit.training.method_credit import MethodCredit, method_options
+
+    _, path, _ = fitted
+    options = method_options("value-head", {"head": str(path)})
+    source = MethodCredit(scorer.model, scorer.tokenizer, "value-head", options, segments=3)
+    traces = list(iter_traces(traces_file))
+    encoded = [scorer.encode(t) for t in traces]
+    got = source.score_batch(
+        [e.ids[: e.prompt_len] for e in encoded], [e.ids[e.prompt_len:] for e in encoded],
+        [{"prompt": t.prompt, "answer": t.answer} for t in traces])  # problems by prompt
+    s = run_analysis(traces_file, scorer, methods={"value-head": options},
+                     segment_options=SegmentOptions(segments=3))
+    rows = pd.DataFrame(s.rows["value-head"]).sort_values(["trace_id", "segment"])
+    for trace, enc, (rewards, spans) in zip(traces, encoded, got, strict=True):
+        mine = rows[rows["trace_id"] == trace.id]
+        assert rewards == pytest.approx(mine["score"].tolist(), abs=1e-6)
+        assert spans[0][0] == 0 and spans[-1][1] == enc.n_reasoning
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))

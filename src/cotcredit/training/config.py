@@ -4,27 +4,23 @@ A minimal config::
 
     train_file: data/train.jsonl     # prompt, answer, optional solution per record
     output_dir: runs/rredcot
-    advantage: rredcot               # the credit source: grpo (default) | rredcot | mc | oracle | shuffled
+    advantage: rredcot   # grpo (default) | rredcot | mc | oracle | shuffled | method
     grpo:
       num_generations: 8
       max_completion_length: 1024
       learning_rate: 1.0e-6
       max_steps: 500
 
-Every path in a config (``model`` when it is a folder or .gguf file, ``train_file``,
-``eval_file``, ``output_dir``) is relative to the folder of the config file, so a config works
-from any working directory; a hub id (``Qwen/Qwen3-0.6B``, ``openai/gsm8k``) that names no path
-there stays an id (``resolve_path``). The data files are read like the analysis commands' inputs
-(JSONL, gzip, JSON, Parquet, a ``datasets`` folder, or a dataset id), with ``data_format`` (a
-``--format`` preset) and ``train_split`` / ``eval_split``. ``model`` omitted: the embedded
-default model.
+Paths (``model`` when a folder or .gguf file, ``train_file``, ``eval_file``, ``output_dir``) are
+relative to the config's folder; a hub id that names no path there stays an id
+(``resolve_path``). Data files are read like the analysis commands' inputs, with
+``data_format`` (a ``--format`` preset) and ``train_split`` / ``eval_split``. ``model``
+omitted: the embedded default model.
 
-``grpo`` holds options of TRL's ``GRPOConfig`` under TRL's own names; an option left out keeps
-TRL's default (so defaults live in one place, TRL), except ``bf16``, which defaults to "on when
-the GPU supports it" instead of TRL's "on" (which fails on a CPU machine), and
-``logging_steps``, which defaults to 1 instead of TRL's 10 (one ``metrics.jsonl`` line per step).
-Other GRPOConfig options can be passed under ``grpo.extra``; they are checked against
-GRPOConfig's field names. TRL 1.16 has no ``max_prompt_length``: prompts are not truncated.
+``grpo`` holds options of TRL's ``GRPOConfig`` under TRL's names; one left out keeps TRL's
+default, except ``bf16`` (default: on when the GPU supports it) and ``logging_steps`` (1).
+Other GRPOConfig options go under ``grpo.extra`` (checked against its field names). TRL 1.16
+has no ``max_prompt_length``: prompts are not truncated.
 
 Prompts are rendered as chat messages (``system_prompt`` first when given) for a model with a
 chat template (``chat_template: false`` feeds the raw prompt text), exactly as the analysis
@@ -33,22 +29,20 @@ then trains in bf16 autocast). ``eval`` says how ``eval_file`` is answered befor
 training (greedy by default). ``lora`` trains LoRA adapters (``peft``, the optional extra
 ``cotcredit[train]``) instead of every weight::
 
-    lora:
-      rank: 16
-      alpha: 32
-      target_modules: [q_proj, k_proj, v_proj, o_proj]   # default: all-linear
+    lora: {rank: 16, alpha: 32, target_modules: [q_proj, v_proj]}   # default: all-linear
 
-With ``rredcot`` or ``mc`` credit the scorer then runs through the adapted policy (base weights
-+ the current adapters); checkpoints hold the adapters (``adapter_model.safetensors``).
+Credit that reads the policy then runs through the adapted policy (base weights + the current
+adapters); checkpoints hold the adapters (``adapter_model.safetensors``).
 
 ``advantage`` names the credit source (``training.credit``: grpo, rredcot, mc, oracle,
-shuffled); ``credit`` says how its segment rewards become token advantages (``advantages``)::
+shuffled, method); ``credit`` says how its segment rewards become token advantages::
 
     advantage: oracle
     credit: {form: segment-rewards, segments: lines}   # form default: reweight (strength, floor)
     oracle: {regime: unique}    # the training problems carry the regime's meta field;
                                 # span: rest (default) | first, the lines a wrong one's −1 covers
     mc: {rollouts: 4}           # samples per segment boundary
+    method: {name: value-head, options: {head: head.pt}}   # any registered method's credit
 
 ``rredcot`` takes any option of ``methods.rredcot.RredcotOptions`` and ``terminal_in_weights``.
 Older configs' ``rredcot.segments``/``strength``/``floor``/``shuffle`` still load (with a
@@ -110,7 +104,7 @@ class CreditOptions(_Section):
     segments: int | Literal["lines"] = 8
     strength: float = Field(DEFAULT_STRENGTH, ge=0)  # β of reweight
     floor: float = Field(DEFAULT_FLOOR, ge=0, le=1)  # share of the plain advantage reweight keeps
-    shuffled: Literal["rredcot", "mc", "oracle"] = "rredcot"  # whose rewards `shuffled` permutes
+    shuffled: Literal["rredcot", "mc", "oracle", "method"] = "rredcot"  # what `shuffled` permutes
 
     @field_validator("segments", mode="before")
     @classmethod
@@ -176,6 +170,14 @@ class McTrainingOptions(_Section):
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int | None = Field(None, ge=1)  # None: grpo.max_completion_length
     max_boundaries: int | None = Field(None, ge=2)  # roll out at most this many; interpolate
+
+
+class MethodSourceOptions(_Section):
+    """The ``method`` credit source: a registered method (``value-head``, ``mc`` with
+    ``rollouts: auto`` or ``horizon``...) and its options, as ``compare --set`` names them."""
+
+    name: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
 
 
 class OracleOptions(_Section):
@@ -251,11 +253,12 @@ class TrainConfig(_Section):
     seed: int = 42
     # grpo (no credit) by default: in the organism training study no credit source a user has
     # without a checker (rredcot, mc) beat grpo with its interval above 0 (studies/training/).
-    advantage: Literal["grpo", "rredcot", "mc", "oracle", "shuffled"] = "grpo"
+    advantage: Literal["grpo", "rredcot", "mc", "oracle", "shuffled", "method"] = "grpo"
     credit: CreditOptions = CreditOptions()
     rredcot: RredcotTrainingOptions = RredcotTrainingOptions()
     mc: McTrainingOptions = McTrainingOptions()
     oracle: OracleOptions = OracleOptions()
+    method: MethodSourceOptions = MethodSourceOptions()
     lora: LoraOptions = LoraOptions()
     grpo: GrpoOptions = GrpoOptions()
     eval: EvalOptions = EvalOptions()
@@ -293,6 +296,10 @@ class TrainConfig(_Section):
     @model_validator(mode="after")
     def _source_needs(self):
         uses = self.credit.shuffled if self.advantage == "shuffled" else self.advantage
+        if uses == "method":
+            from cotcredit.training.method_credit import method_options
+
+            method_options(self.method.name, self.method.options)  # checked before a model loads
         if uses == "oracle" and not self.oracle.regime:
             raise ValueError("the oracle credit needs 'oracle.regime' (a bench regime whose "
                              "checker judges the steps)")

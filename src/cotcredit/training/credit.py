@@ -26,6 +26,8 @@ two advantage forms (``advantages``) treat them alike:
   the first error); every other completion (correct, or wrong without a located step) gets
   None, i.e. plain GRPO. It needs no model: lines are cut from the completion's text. The
   positive control: the credit a perfect step checker would give.
+- ``method`` (``method_credit.MethodCredit``): any registered method run on each completion
+  (``value-head``; ``mc`` with ``rollouts: auto``, ``horizon``...): its rows' scores.
 - ``shuffled``: another source's rewards permuted within each completion (the trainer's
   ``shuffle_seed``; ``advantages.shuffled_rewards``): the same spread, the placement lost. The
   negative control.
@@ -50,9 +52,14 @@ from cotcredit.lm.sampling import HFGenerator
 from cotcredit.methods.mc import interpolate, scored_boundaries
 from cotcredit.segmentation import SegmentOptions, segment_encoded
 from cotcredit.training.online import unwrap
-from cotcredit.training.scoring import OneAtATime, PolicySegmentRewards, prompt_text
+from cotcredit.training.scoring import (
+    OneAtATime,
+    PolicyScorer,
+    PolicySegmentRewards,
+    prompt_text,
+)
 
-SOURCES = ("grpo", "rredcot", "mc", "oracle", "shuffled")
+SOURCES = ("grpo", "rredcot", "mc", "oracle", "shuffled", "method")
 ORACLE_SPANS = ("rest", "first")  # which lines of a wrong completion the oracle's −1 covers
 SegmentRewards = tuple[list[float], list[tuple[int, int]]]
 
@@ -158,7 +165,7 @@ def regime_check(regime: str, problems: Sequence[DataProblem]) -> Check:
 
 
 # ---- Monte Carlo -----------------------------------------------------------------------------
-class McCredit(OneAtATime):
+class McCredit(OneAtATime, PolicyScorer):
     """Monte Carlo segment rewards from the current policy (see the module docstring).
 
     ``model`` is the policy object the trainer updates (rollouts use its current weights);
@@ -195,22 +202,11 @@ class McCredit(OneAtATime):
         self.seed = seed
         self.model_options = model_options or ModelOptions()
         self.max_batch_tokens = max_batch_tokens
-        self._scorer: Scorer | None = None
         self.calls = 0  # completions scored (or tried)
         self.batches = 0
         self.states = 0  # distinct states rolled out
         self.rollouts_sampled = 0
         self.seconds = 0.0
-
-    @property
-    def scorer(self) -> Scorer:
-        """A ``Scorer`` on the (unwrapped) policy; device and dtype follow the model."""
-        model = unwrap(self.model)
-        if self._scorer is None or self._scorer.model is not model:
-            self._scorer = Scorer(model, self.tokenizer, self.model_options, name="policy")
-        param = next(model.parameters())
-        self._scorer.device, self._scorer.dtype = param.device, param.dtype
-        return self._scorer
 
     def _segment(self, scorer: Scorer, encs: list[EncodedTrace]):
         """Segmentations of `encs` (a forward pass for the entropies unless segments is
@@ -350,4 +346,10 @@ def credit_source(cfg, model, tokenizer, problems: Sequence[DataProblem], *,
     if source == "oracle":
         return OracleCredit(tokenizer, regime_check(cfg.oracle.regime, problems),
                             span=cfg.oracle.span)
+    if source == "method":
+        from cotcredit.training.method_credit import MethodCredit, method_options
+
+        return MethodCredit(model, tokenizer, cfg.method.name,
+                            method_options(cfg.method.name, cfg.method.options),
+                            segments=cfg.credit.segments, model_options=model_options, name=name)
     raise ValueError(f"unknown credit source {source!r}; known: {', '.join(SOURCES)}")

@@ -42,7 +42,7 @@ from cotcredit.lm.encoding import EncodedTrace
 from cotcredit.lm.forcing import ForcingOptions
 from cotcredit.methods.rredcot import RredcotOptions
 from cotcredit.training.advantages import value_difference_rewards
-from cotcredit.training.online import CompletionCredit, OnlineRredcot
+from cotcredit.training.online import CompletionCredit, OnlineRredcot, unwrap
 
 SegmentRewards = tuple[list[float], list[tuple[int, int]]]
 
@@ -79,6 +79,24 @@ class OneAtATime:
             raise ValueError(f"{type(self).__name__} needs the completion's dataset row "
                              "(example=...) with its reference answer")
         return self.score_batch([prompt_ids], [completion_ids], [example], [outcome])[0]
+
+
+class PolicyScorer:
+    """A ``scorer`` property for a credit source holding the policy a trainer updates
+    (``model``, ``tokenizer``, ``model_options``, ``name``): a ``Scorer`` on the unwrapped
+    policy, made again when the trainer wraps or swaps it; device and dtype follow the model."""
+
+    _scorer: Scorer | None = None
+    name: str = "policy"
+
+    @property
+    def scorer(self) -> Scorer:
+        model = unwrap(self.model)
+        if self._scorer is None or self._scorer.model is not model:
+            self._scorer = Scorer(model, self.tokenizer, self.model_options, name=self.name)
+        param = next(model.parameters())
+        self._scorer.device, self._scorer.dtype = param.device, param.dtype
+        return self._scorer
 
 
 class PolicySegmentRewards(OneAtATime):
