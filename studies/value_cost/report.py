@@ -132,7 +132,8 @@ def reference_meets(regime: str, test: pd.DataFrame, table: pd.DataFrame) -> dic
         ci = problem_bootstrap(pd.DataFrame(diffs), problems.reindex(loc.index))
         ok = ci.loc["a", "low"] > -MARGIN and ("b" not in diffs or ci.loc["b", "high"] < MARGIN)
         best = {"meets": bool(ok) or best["meets"], "n": n if ok else best["n"],
-                "largest_n_under_cap": n, "a": ci.loc["a", "value"], "a_low": ci.loc["a", "low"]}
+                "largest_n_under_cap": n, "a": ci.loc["a", "value"], "a_low": ci.loc["a", "low"],
+                "a_high": ci.loc["a", "high"]}
     return best
 
 
@@ -304,8 +305,10 @@ def markdown(front: pd.DataFrame, comp: pd.DataFrame, verdicts: dict,
         lines += ["", "(Best test localization of each approach at 1/10, 1/4 and any cost: "
                   "secondary, chosen after seeing test. The primary rows are below.)", ""]
         v = verdicts.get(regime, {})
+        gap = (f" (localization − mc-16: {v['a']:+.3f} [{v['a_low']:+.3f}, {v['a_high']:+.3f}])"
+               if "a_high" in v else "")
         lines += [f"Reference curve: the largest mc-n under 1/4 of mc-16's tokens is "
-                  f"mc-{v.get('largest_n_under_cap')}; it meets the goal: "
+                  f"mc-{v.get('largest_n_under_cap')}{gap}; it meets the goal: "
                   f"{'yes' if v.get('meets') else 'no'}.", ""]
         mine = comp[comp["regime"] == regime] if len(comp) else comp
         if len(mine):
