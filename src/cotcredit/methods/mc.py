@@ -68,15 +68,7 @@ from cotcredit.lm.forcing import ForcingOptions, resolved
 from cotcredit.lm.generation import Completion, SamplingSettings
 from cotcredit.lm.sampling import get_generator
 from cotcredit.methods.base import MethodCommand, MethodRows, MethodSpec, TraceContext
-from cotcredit.methods.mc_adaptive import (
-    DECISIONS,
-    FIRST_ROUNDS,
-    AdaptivePlan,
-    generate_calls,
-    prior_weights,
-    run_rounds,
-    span_weights,
-)
+from cotcredit.methods.mc_adaptive import DECISIONS, FIRST_ROUNDS, adaptive_draws, generate_calls
 from cotcredit.methods.mc_horizon import cut_by_horizon, forced_values, generation_limits
 from cotcredit.methods.mc_prior import (
     PRIORS,
@@ -327,22 +319,13 @@ def sample_rollouts(ctx: TraceContext, options: McOptions,
 def adaptive_rollouts(ctx: TraceContext, options: McOptions, which: list[int]) -> list[Rollout]:
     """The rollouts of `--rollouts auto` from the boundary indices `which`
     (`cotcredit.methods.mc_adaptive`), ordered by boundary and sample."""
-    plan = AdaptivePlan(options.rollout_budget, options.precision, options.round_rollouts,
-                        options.first_round, options.decision)
-    credits = prior_credits(ctx, options.prior, options.forcing)
-    weights = (span_weights(prior_weights(credits), which) if credits is not None else None)
     taken: list[Rollout] = []
 
-    def draw(asked: dict[int, tuple[int, int]]) -> dict[int, list[tuple[bool, bool]]]:
-        got = sample_rollouts(ctx, options, {which[i]: fc for i, fc in asked.items()})
-        taken.extend(got)
-        by_k: dict[int, list[tuple[bool, bool]]] = {}
-        for r in sorted(got, key=lambda r: (r.boundary, r.sample)):
-            by_k.setdefault(r.boundary, []).append((r.correct, r.truncated))
-        return {i: by_k.get(which[i], []) for i in asked}
+    def sample(requests: dict[int, tuple[int, int]]) -> list[Rollout]:
+        taken.extend(got := sample_rollouts(ctx, options, requests))
+        return got
 
-    run_rounds(len(which), plan, draw, drop_truncated=options.truncated == "drop",
-               weights=weights)
+    adaptive_draws(options, which, prior_credits(ctx, options.prior, options.forcing), sample)
     return sorted(taken, key=lambda r: (r.boundary, r.sample))
 
 

@@ -230,6 +230,27 @@ def next_round(tallies: Sequence[Tally], plan: AdaptivePlan, spent: int,
 Draw = Callable[[dict[int, tuple[int, int]]], dict[int, list[tuple[bool, bool]]]]
 
 
+def adaptive_draws(options, which: list[int], credits: Sequence[float] | None,
+                   sample: Callable[[dict[int, tuple[int, int]]], list]) -> None:
+    """Run `--rollouts auto` (`options`: an `McOptions`) over the boundary indices `which`:
+    `sample` takes {boundary index: (first sample, count)} and returns those rollouts (objects
+    with boundary, sample, correct, truncated), live or replayed; `credits`, the prior's credit
+    per segment, guides the search (None: no prior)."""
+    plan = AdaptivePlan(options.rollout_budget, options.precision, options.round_rollouts,
+                        options.first_round, options.decision)
+    weights = span_weights(prior_weights(credits), which) if credits is not None else None
+
+    def draw(asked: dict[int, tuple[int, int]]) -> dict[int, list[tuple[bool, bool]]]:
+        by_k: dict[int, list[tuple[bool, bool]]] = {}
+        got = sample({which[i]: fc for i, fc in asked.items()})
+        for r in sorted(got, key=lambda r: (r.boundary, r.sample)):
+            by_k.setdefault(r.boundary, []).append((r.correct, r.truncated))
+        return {i: by_k.get(which[i], []) for i in asked}
+
+    run_rounds(len(which), plan, draw, drop_truncated=options.truncated == "drop",
+               weights=weights)
+
+
 def generate_calls(requests: dict[int, tuple[int, int]]
                    ) -> list[tuple[tuple[int, int], list[int]]]:
     """The generator calls of one draw: boundaries grouped by (first sample, count), in the

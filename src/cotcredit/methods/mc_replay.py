@@ -23,13 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cotcredit.methods.mc import McOptions, Rollout, rollout_rows, scored_boundaries
-from cotcredit.methods.mc_adaptive import (
-    AdaptivePlan,
-    generate_calls,
-    prior_weights,
-    run_rounds,
-    span_weights,
-)
+from cotcredit.methods.mc_adaptive import adaptive_draws, generate_calls
 
 
 @dataclass
@@ -94,19 +88,7 @@ def replay(saved: SavedTrace, options: McOptions, prior: list[float] | None = No
         return got
 
     if options.adaptive:
-        plan = AdaptivePlan(options.rollout_budget, options.precision, options.round_rollouts,
-                            options.first_round, options.decision)
-        weights = span_weights(prior_weights(prior), which) if prior is not None else None
-
-        def draw(asked: dict[int, tuple[int, int]]) -> dict[int, list[tuple[bool, bool]]]:
-            got = take({which[i]: fc for i, fc in asked.items()})
-            by_k: dict[int, list[tuple[bool, bool]]] = {}
-            for r in sorted(got, key=lambda r: (r.boundary, r.sample)):
-                by_k.setdefault(r.boundary, []).append((r.correct, r.truncated))
-            return {i: by_k.get(which[i], []) for i in asked}
-
-        run_rounds(len(which), plan, draw, drop_truncated=options.truncated == "drop",
-                   weights=weights)
+        adaptive_draws(options, which, prior, take)
     else:
         take({k: (0, options.rollouts) for k in which})
     taken.sort(key=lambda r: (r.boundary, r.sample))
