@@ -179,8 +179,8 @@ def figure(regime: str, table: pd.DataFrame, chosen: dict, path) -> None:
         ax.set_xlabel("tokens per trace (forward + generated)")
         ax.set_ylabel(label)
     axes[0][0].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"{regime}, held-out: circles = chosen on dev; dotted = 1/10 and 1/4 of "
-                 "mc-16's tokens; dashed = mc-16 - 0.05")
+    fig.suptitle(f"{regime}, held-out\ncircles = chosen on dev; dotted = 1/10 and 1/4 of "
+                 "mc-16's tokens; dashed = mc-16 - 0.05", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
