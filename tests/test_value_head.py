@@ -164,3 +164,16 @@ def test_the_head_trains_as_a_method_credit_source(scorer, traces_file, fitted):
         assert rewards == pytest.approx(mine["score"].tolist(), abs=1e-6)
         assert spans[0][0] == 0 and spans[-1][1] == enc.n_reasoning
         assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_bench_runs_the_head_only_when_named_with_its_file(tmp_path, fitted):
+    """Without a head the method cannot run: `bench`'s default methods leave it out, and
+    naming it without a head is one line before any model loads."""
+    from cotcredit.bench.variants import default_methods, method_runs
+
+    assert "value-head" not in default_methods({}) and "mc" in default_methods({})
+    with pytest.raises(UserError, match="value-head needs a fitted head"):
+        method_runs("value-head", {})
+    _, path, _ = fitted
+    runs = method_runs("head", {"head": {"method": "value-head", "head": str(path)}})
+    assert [r.label for r in runs] == ["head", "mc"]

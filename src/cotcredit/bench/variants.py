@@ -105,8 +105,11 @@ def read_variants(config: str | Path | None) -> dict[str, dict[str, Any]]:
 
 
 def default_methods(variants: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Every registered method and every variant, Monte Carlo included."""
-    return list(dict.fromkeys([*registry(), *variants]))
+    """Every registered method that runs on its default options (`MethodSpec.
+    runs_with_defaults`; the others run when named, with their options) and every variant,
+    Monte Carlo included."""
+    own = [name for name, spec in registry().items() if spec.runs_with_defaults]
+    return list(dict.fromkeys([*own, *variants]))
 
 
 def method_runs(methods: str | Sequence[str] | None,

@@ -130,6 +130,9 @@ class MethodSpec:
     # Options `compare` offers as flags of its own: {flag name: option field}, e.g.
     # {"rollouts": "rollouts"} gives `compare --rollouts`.
     shortcuts: dict[str, str] = field(default_factory=dict)
+    # False for a method that cannot run on its default options (it needs a file or setting
+    # from the user, as `value-head` its fitted head): `bench` leaves it out of its defaults.
+    runs_with_defaults: bool = True
     # Once per run, before the first trace: options with everything the run decides filled in
     # (e.g. the exit string chosen from the model), so the table metadata records it.
     prepare: Callable[[Scorer, Any], Any] = lambda scorer, options: options

@@ -74,6 +74,7 @@ SPEC = MethodSpec(
     columns={"value_before": "float64", "value_after": "float64", "head_model": "string"},
     order=5,
     prepare=prepare,
+    runs_with_defaults=False,  # it needs its head file
     uses_trace_pass=False,  # its own pass, which keeps the hidden states it reads
     show=("value_before", "value_after", "score"),
     value_columns=("value_before", "value_after"),
