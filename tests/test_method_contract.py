@@ -36,6 +36,22 @@ def tiny_options(spec):
     return build_options(spec.options_type, given, spec.name)
 
 
+def fitted_head(folder, traces, scorer, found):
+    """Options of `value-head` (it cannot run on its defaults): a head fitted to the rows of
+    the `mc` run above."""
+    from cotcredit.methods.value_head import ValueHeadOptions
+    from cotcredit.methods.value_head_fit import HeadSpec, fit_value_head
+
+    mc = pd.DataFrame(found["mc"][2].rows["mc"])
+    fit_value_head(traces, mc, scorer, folder / "head.pt", spec=HeadSpec("linear", l2=0.1),
+                   folds=2)
+    return ValueHeadOptions(str(folder / "head.pt"))
+
+
+#: How the test sets up a method that cannot run on its default options.
+SETUP = {"value-head": fitted_head}
+
+
 @pytest.fixture(scope="module")
 def runs(scorer, tmp_path_factory):
     """name -> (spec, options, rows in memory, rows read back from the table) of each method."""
@@ -48,7 +64,8 @@ def runs(scorer, tmp_path_factory):
     traces.write_text("".join(json.dumps(t) + "\n" for t in SAMPLE_TRACES))
     found = {}
     for name, spec in registry().items():
-        options = tiny_options(spec)
+        options = (tiny_options(spec) if spec.runs_with_defaults
+                   else SETUP[name](folder, traces, scorer, found))
         common = {"methods": {name: options}, "model": scorer,
                   "segment_options": SegmentOptions(segments=3)}
         memory = score(traces, **common)
