@@ -22,17 +22,14 @@ default, except ``bf16`` (default: on when the GPU supports it) and ``logging_st
 Other GRPOConfig options go under ``grpo.extra`` (checked against its field names). TRL 1.16
 has no ``max_prompt_length``: prompts are not truncated.
 
-Prompts are rendered as chat messages (``system_prompt`` first when given) for a model with a
-chat template (``chat_template: false`` feeds the raw prompt text), exactly as the analysis
-commands render them. ``dtype: auto`` keeps the trained weights in float32 (TRL's ``bf16``
-then trains in bf16 autocast). ``eval`` says how ``eval_file`` is answered before and after
-training (greedy by default). ``lora`` trains LoRA adapters (``peft``, the optional extra
-``cotcredit[train]``) instead of every weight::
+Prompts are rendered as the analysis commands render them (chat template and
+``system_prompt``; ``chat_template: false``: raw text). ``dtype: auto`` keeps float32 weights
+(TRL's ``bf16`` trains in autocast). ``eval``: how ``eval_file`` is answered (greedy by
+default). ``lora`` trains LoRA adapters (``peft``, extra ``cotcredit[train]``)::
 
     lora: {rank: 16, alpha: 32, target_modules: [q_proj, v_proj]}   # default: all-linear
 
-Credit that reads the policy then runs through the adapted policy (base weights + the current
-adapters); checkpoints hold the adapters (``adapter_model.safetensors``).
+Credit that reads the policy reads the adapted one; checkpoints hold the adapters.
 
 ``advantage`` names the credit source (``training.credit``: grpo, rredcot, mc, oracle,
 shuffled, method); ``credit`` says how its segment rewards become token advantages::
@@ -173,8 +170,7 @@ class McTrainingOptions(_Section):
 
 
 class MethodSourceOptions(_Section):
-    """The ``method`` credit source: a registered method (``value-head``, ``mc`` with
-    ``rollouts: auto`` or ``horizon``...) and its options, as ``compare --set`` names them."""
+    """The ``method`` credit source: a registered method and its options (as ``--set``)."""
 
     name: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
