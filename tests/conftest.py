@@ -1,4 +1,6 @@
-"""Fixtures: a tiny random Llama and a byte-level BPE tokenizer built locally, no network."""
+"""Fixtures: a tiny random Llama and a byte-level BPE tokenizer built locally, no network; and
+what test files in any folder below tests/ import from here (`from conftest import ROOT`): the
+repository's and the tests' paths, sample traces, `run_cli`."""
 
 from __future__ import annotations
 
@@ -10,6 +12,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# Test files live in folders below this one: paths start here, never at a test file.
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+FIXTURES = TESTS / "fixtures"  # files checked in for tests (tables written by older versions)
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -36,6 +43,33 @@ def run_cli(argv, capsys):
         code = e.code or 0
     cap = capsys.readouterr()
     return code, cap.out, cap.err
+
+
+def write_traces(path: Path, n: int, seed: int = 0) -> Path:
+    """`n` traces with several reasoning lines each (ids tr000...)."""
+    import random
+
+    rng = random.Random(seed)
+    words = ["Wait", "So", "Then", "Hmm", "Next", "Actually", "Now"]
+    lines = []
+    for i in range(n):
+        steps = [
+            f"{rng.choice(words)}, {rng.randint(1, 99)} + {rng.randint(1, 99)} is computed here."
+            for _ in range(rng.randint(6, 12))
+        ]
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"tr{i:03d}",
+                    "prompt": f"What is {i} + 1? Think step by step.",
+                    "response": "\n".join(steps) + f"\nThe final answer is $\\boxed{{{i + 1}}}$.",
+                    "answer": str(i + 1),
+                    "solution": f"{i} + 1 = {i + 1}.",
+                }
+            )
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def build_tiny_model_dir(folder: Path, seed: int = 0, layers: int = 2) -> Path:

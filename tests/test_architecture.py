@@ -30,8 +30,9 @@ import importlib
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = ROOT / "src"
 PACKAGE = SRC / "cotcredit"
 MAX_LINES = 600
 

@@ -13,8 +13,7 @@ import sys
 
 import pandas as pd
 import pytest
-from conftest import run_cli
-from test_robustness import write_traces
+from conftest import TESTS, run_cli, write_traces
 
 from cotcredit.distributed import Processes
 from cotcredit.store import io
@@ -132,7 +131,7 @@ def test_training_on_two_processes(tiny_model_dir, tmp_path):
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
     (tmp_path / "eval.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems[:2]))
     config = tmp_path / "config.yaml"
-    launcher = os.path.join(os.path.dirname(__file__), "launch_train.py")
+    launcher = str(TESTS / "launch_train.py")
 
     def launch(steps: int, *extra: str) -> subprocess.CompletedProcess:
         config.write_text(TRAIN_CONFIG.format(model=tiny_model_dir, steps=steps))

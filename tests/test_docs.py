@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 DEMO_TRACES = ROOT / "examples" / "lookup" / "traces.jsonl"
 

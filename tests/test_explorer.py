@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ROOT
 from scipy import stats
 
 from cotcredit.report.explorer import (
@@ -24,7 +25,6 @@ from cotcredit.report.explorer import (
     write_explorer,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_explorer",
                                                ROOT / "benchmarks" / "bench_explorer.py")
 bench = importlib.util.module_from_spec(_spec)

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from benchmarks.gpu_check import agreement, run, shapes, timing, traces, train
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check"  # a folder: `python benchmarks/gpu_check` runs it
 BLOCKED = ("captum", "shap", "trl", "datasets", "gguf", "math_verify")
 

@@ -6,14 +6,14 @@ import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import FrozenInstanceError
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from cotcredit.data import grading
 from cotcredit.data.grading import GradeResult, extract_answer, grade, grade_completion
 
-PROBLEMS = Path(__file__).resolve().parents[1] / "examples" / "problems.jsonl"
+PROBLEMS = ROOT / "examples" / "problems.jsonl"
 
 # ---------------------------------------------------------------------------------------------
 # extract_answer

@@ -30,9 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE_TRACES
+from conftest import ROOT, SAMPLE_TRACES
 
-ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 OPTIONAL = ("captum", "shap", "trl", "peft", "accelerate", "datasets", "gguf", "verl")
 

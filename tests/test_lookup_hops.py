@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
-from conftest import HOPS_Q, HOPS_RIGHT
+from conftest import HOPS_Q, HOPS_RIGHT, ROOT
 
 from cotcredit.bench.regimes import hops as checker  # the hops regime: checker and generator
 
-ROOT = Path(__file__).resolve().parents[1]
 make = checker
 
 QUESTION, RIGHT = HOPS_Q, HOPS_RIGHT

@@ -9,13 +9,12 @@ import sys
 
 import pandas as pd
 import pytest
+from conftest import ROOT
 from typer.testing import CliRunner
 
 import cotcredit
 import cotcredit.methods
 from cotcredit.segmentation import SegmentOptions
-
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 PLUGIN = '''
 """tail: credit grows with the segment's position (a toy method defined outside cotcredit)."""

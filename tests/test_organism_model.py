@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import run_cli
+from conftest import FIXTURES, run_cli
 from safetensors.torch import load_file
 
 from cotcredit.bench.organism.checker import check_response
@@ -19,7 +19,6 @@ from cotcredit.bench.regimes import checkpoint, get_regime
 from cotcredit.bench.regimes.base import Problem
 from cotcredit.bench.regimes.unique import chain_meta, chain_of
 
-ROOT = Path(__file__).resolve().parents[1]
 MODEL_FULL = Path(checkpoint("unique"))  # the organism's `full` checkpoint, shipped as `unique`
 C = Chain(7, (("+", 5), ("-", 9), ("+", 14), ("-", 6)))
 P = Problem(id="p", prompt=C.prompt, answer=str(C.answer), solution=C.solution,
@@ -140,7 +139,7 @@ def test_calibration_verdict_of_a_retrain():
 def test_segment_lines_reproduces_the_organism_studys_step_segmentation(tmp_path, capsys):
     """`-k lines` gives, on the organism study's traces, exactly the segments the study made
     by running the hybrid segmentation with -k matched to each trace's line count."""
-    study = ROOT / "tests" / "data" / "organism_study_full"  # the study's first 60 traces
+    study = FIXTURES / "organism_study_full"  # the study's first 60 traces
     code, _, err = run_cli(["segment", study / "traces.jsonl", "-o", tmp_path / "seg", "-k",
                             "lines", "--model", MODEL_FULL, "--max-traces", 60,
                             "-q"], capsys)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "studies" / "organism_study" / "run_study.py"
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = [
     {"id": "a", "prompt": "What is 3 + 4?", "answer": "7", "solution": "3 + 4 = 7."},
     {"id": "b", "prompt": "What is 5 + 7?", "answer": "12", "solution": "5 + 7 = 12."},

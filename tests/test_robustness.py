@@ -8,7 +8,6 @@ same command resumes. Everything else runs in-process on the session's tiny mode
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import shutil
@@ -23,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import run_cli
+from conftest import run_cli, write_traces
 
 from cotcredit.errors import UserError
 from cotcredit.lm import ModelOptions, load_scorer
@@ -34,33 +33,6 @@ from cotcredit.store.tables import TableWriter
 N_TRACES = 48
 
 
-
-
-def write_traces(path: Path, n: int, seed: int = 0) -> Path:
-    """`n` traces with several reasoning lines each (ids tr000...)."""
-    import random
-
-    rng = random.Random(seed)
-    words = ["Wait", "So", "Then", "Hmm", "Next", "Actually", "Now"]
-    lines = []
-    for i in range(n):
-        steps = [
-            f"{rng.choice(words)}, {rng.randint(1, 99)} + {rng.randint(1, 99)} is computed here."
-            for _ in range(rng.randint(6, 12))
-        ]
-        lines.append(
-            json.dumps(
-                {
-                    "id": f"tr{i:03d}",
-                    "prompt": f"What is {i} + 1? Think step by step.",
-                    "response": "\n".join(steps) + f"\nThe final answer is $\\boxed{{{i + 1}}}$.",
-                    "answer": str(i + 1),
-                    "solution": f"{i} + 1 = {i + 1}.",
-                }
-            )
-        )
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 @pytest.fixture

@@ -18,8 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import run_cli
-from test_robustness import write_traces
+from conftest import FIXTURES, TESTS, run_cli, write_traces
 
 from cotcredit.errors import UserError
 from cotcredit.store import io, tables
@@ -259,8 +258,10 @@ w.close()
 @pytest.mark.parametrize("step", ["journal", "renamed"])
 def test_writer_killed_during_compaction_loses_nothing(tmp_path, step):
     out = tmp_path / "t.parquet"
-    # (the caller's PYTHONPATH kept: the package under test may come from it)
-    path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
+    # The script imports this file, which imports conftest: both folders on the path (and the
+    # caller's PYTHONPATH kept: the package under test may come from it).
+    path = os.pathsep.join(filter(None, [str(Path(__file__).parent), str(TESTS),
+                                         os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     proc = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(out), step], env=env,
                           capture_output=True, text=True, timeout=120)
@@ -372,11 +373,11 @@ def test_duckdb_reads_the_data_files(tmp_path):
 
 def test_tables_of_0_2_are_read_and_resumed(tmp_path):
     """Old tables keep their metadata in `_cotcredit.json`: still read (the ones checked in under
-    tests/data/ too); a run resuming one moves it to the hidden file, after which `datasets`
+    tests/fixtures/ too); a run resuming one moves it to the hidden file, after which `datasets`
     reads the folder."""
     import datasets
 
-    study = Path(__file__).parent / "data" / "mc_study_0_2.parquet"  # written by 0.2
+    study = FIXTURES / "mc_study_0_2.parquet"  # written by 0.2
     assert (study / io.LEGACY_META_FILE).exists() and io.is_table_folder(study)
     meta = read_metadata(study)
     assert meta["run_id"] and set(pd.read_parquet(study).run_id) == {meta["run_id"]}

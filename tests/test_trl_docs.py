@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 TRAINING = ROOT / "docs" / "training"
 
 

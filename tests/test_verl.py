@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT
 
 verl = pytest.importorskip(
     "verl", reason="verl is not installed (make install installs it: pip install --no-deps verl)"
@@ -484,7 +485,7 @@ def test_legacy_trainer_gets_the_same_advantages(cluster, scorer, no_model_here)
 def test_the_docs_recipe_runs(cluster, scorer):
     import re
 
-    page = Path(__file__).resolve().parent.parent / "docs" / "training" / "verl.md"
+    page = ROOT / "docs" / "training" / "verl.md"
     (block,) = [b for b in re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"),
                                       flags=re.S) if "advantage_with_credit(" in b]
     config = SimpleNamespace(algorithm=v1_trainer(cluster.group).config.algorithm)
@@ -500,7 +501,7 @@ def test_the_docs_recipe_runs(cluster, scorer):
 def test_the_example_config_is_verls_default_trainer_with_rredcot():
     from hydra import compose, initialize_config_dir
 
-    folder = Path(__file__).resolve().parent.parent / "examples" / "verl"
+    folder = ROOT / "examples" / "verl"
     with initialize_config_dir(config_dir=str(folder), version_base=None):
         cfg = compose(config_name="rredcot")
     assert cfg.trainer.use_v1 is True and cfg.algorithm.adv_estimator == "rredcot"
