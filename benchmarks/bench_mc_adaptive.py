@@ -12,14 +12,14 @@ Monte Carlo (`rollouts.parquet`: trace, boundary, sample index 0..63, correct, t
 Traces: the first `--traces` (default: all) traces of `traces.jsonl` that the Monte Carlo scored.
 
 Replay. Rollout j of a boundary in an adaptive run is drawn from the same random stream as
-rollout j of a fixed run with the same seed (tests/test_mc_adaptive.py checks the equality on a
-model), so the adaptive run on these traces, with the bench's seed, model and sampling options,
-takes exactly rollouts 0..n_k−1 of the saved ones. The script therefore runs the adaptive
-schedule (`cotcredit.methods.mc_adaptive.run_rounds`, the code `mc-baseline --rollouts auto`
-runs) with a `draw` that reads the saved rollouts instead of generating them: no model runs, and
-the result is the adaptive run's. This needs every boundary's cap (4 × budget) to be at most the
-64 saved rollouts. Check first: the 64-rollout credits recomputed from the saved rollouts equal
-the scores in `mc.parquet` (printed; the run stops if not).
+rollout j of a fixed run with the same seed (tests/test_mc_adaptive.py checks the equality
+on a model), so the adaptive run on these traces, with the bench's seed, model and sampling
+options, takes exactly rollouts 0..n_k−1 of the saved ones. The script therefore runs the
+adaptive schedule (`cotcredit.methods.mc_adaptive.run_rounds`, the code `mc-baseline --rollouts
+auto` runs) with a `draw` that reads the saved rollouts instead of generating them: no model
+runs, and the result is the adaptive run's. This needs every boundary's cap (4 × budget) to be
+at most the 64 saved rollouts. Check first: the 64-rollout credits recomputed from the saved
+rollouts equal the scores in `mc.parquet` (printed; the run stops if not).
 
 Arms (per trace, credits V_k − V_(k−1) on the bench's segmentation, truncation policy of the
 bench's table):

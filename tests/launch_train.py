@@ -1,6 +1,6 @@
-"""Run by tests/test_distributed.py under torchrun: `cotcredit.train(config)` in every process,
-recording what each process's RREDCoT step hands to the loss (adv-rank<N>.jsonl in OUT), so the
-test can check the per-token invariants process by process.
+"""Run by tests/test_distributed.py under torchrun: `cotcredit.train(config)` in every
+process, recording what each process's RREDCoT step hands to the loss (adv-rank<N>.jsonl in
+OUT), so the test can check the per-token invariants process by process.
 
     python -m torch.distributed.run --nproc-per-node 2 tests/launch_train.py CONFIG OUT [--resume]
 """
