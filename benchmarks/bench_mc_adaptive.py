@@ -12,7 +12,7 @@ Monte Carlo (`rollouts.parquet`: trace, boundary, sample index 0..63, correct, t
 Traces: the first `--traces` (default: all) traces of `traces.jsonl` that the Monte Carlo scored.
 
 Replay. Rollout j of a boundary in an adaptive run is drawn from the same random stream as
-rollout j of a fixed run with the same seed (tests/test_mc_adaptive.py checks the equality
+rollout j of a fixed run with the same seed (tests/methods/test_mc_adaptive.py checks the equality
 on a model), so the adaptive run on these traces, with the bench's seed, model and sampling
 options, takes exactly rollouts 0..n_k−1 of the saved ones. The script therefore runs the
 adaptive schedule (`cotcredit.methods.mc_adaptive.run_rounds`, the code `mc-baseline --rollouts

@@ -1,4 +1,4 @@
-"""Run by tests/test_distributed.py under torchrun: `cotcredit.train(config)` in every
+"""Run by tests/pipeline/test_distributed.py under torchrun: `cotcredit.train(config)` in every
 process, recording what each process's RREDCoT step hands to the loss (adv-rank<N>.jsonl in
 OUT), so the test can check the per-token invariants process by process.
 

@@ -104,7 +104,7 @@ def part_train(ctx: RunContext, deadline: Deadline, result: dict) -> None:
 
 
 # Every credit source and advantage form through `cotcredit.train`, one step each, on the
-# `unique` regime's shipped checkpoint and problems (tests/test_train_credit.py's config).
+# `unique` regime's shipped checkpoint and problems (tests/training/test_train_credit.py's config).
 def source_config(model: str, advantage: str, form: str) -> dict:
     """A one-step `cotcredit train` config of a credit source and advantage form."""
     return {

@@ -8,7 +8,7 @@
 The same as `python -m cotcredit.training.verl_trainers ...`: verl's `main_ppo` whose actor
 workers also compute RREDCoT credit with the actor's current weights, and whose advantage step
 asks them for it when `algorithm.adv_estimator=rredcot` (docs/training/verl.md). It needs GPUs
-and a Ray cluster; tests/test_verl.py runs its pieces on CPU with verl's own code.
+and a Ray cluster; tests/training/test_verl.py runs its pieces on CPU with verl's own code.
 """
 
 from cotcredit.training.verl_trainers import main

@@ -22,7 +22,7 @@ padded tokens) share one right-padded forward pass, and the probes of all of the
 passes on that pass's KV cache (``Scorer.forward_batch``, ``Scorer.score_continuation_batch``);
 then each completion's scores are combined on their own. Out-of-memory halves the micro-batch
 (``lm.backoff``; one completion then takes the single-trace path). The numbers equal one
-completion at a time up to float rounding (tests/test_online.py checks 1e-5).
+completion at a time up to float rounding (tests/training/test_online.py checks 1e-5).
 
 Errors: a batch whose lists differ in length, a row without a reference answer, a completion
 without reasoning before its final answer (with ``on_unscorable="raise"``, the default), one

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BOARD = ROOT / "studies" / "bench" / "leaderboard.csv"
 TABLES = ROOT / "studies" / "bench" / "tables"
 pytestmark = pytest.mark.skipif(not (TABLES / "groups" / "test").exists(),
