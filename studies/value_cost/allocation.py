@@ -3,7 +3,7 @@
 
 Every configuration draws only saved rollouts (a boundary takes at most 4 x budget <= 32), so its
 replay is what a live run returns and spends (`cotcredit.methods.mc_replay`,
-tests/test_mc_replay.py).
+tests/methods/test_mc_replay.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ sampling settings that takes at most the saved number of rollouts from each boun
 or `--rollouts auto` with any budget, first round and prior) draws exactly saved rollouts:
 `replay` runs its schedule with a draw that reads them (`mc_adaptive.run_rounds`, the code the
 live run uses), builds its rows with the live run's code (`mc.rollout_rows`) and counts what the
-live run would spend. tests/test_mc_replay.py checks rows and cost against live runs.
+live run would spend. tests/methods/test_mc_replay.py checks rows and cost against live runs.
 
 Cost, as the transformers backend counts it (`HFGenerator`): each generator call prefills its
 longest state once (the others are prefixes of it) and feeds every row's last prompt token once:
