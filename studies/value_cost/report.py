@@ -215,7 +215,8 @@ def write_report(regimes) -> None:
                                              if read_results(regime, "test", p) is None]
         figure(regime, table, mine, HERE / f"frontier_{regime}.png")
     if dev_rows:
-        pd.concat(dev_rows).reset_index().to_csv(HERE / "dev_summary.csv", index=False)
+        pd.concat(dev_rows).reset_index().to_csv(HERE / "dev_summary.csv", index=False,
+                                                    float_format="%.4g")
     if not frontier:
         return
     front = pd.concat(frontier).reset_index()
