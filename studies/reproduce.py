@@ -24,6 +24,7 @@ the trace is another trace. The verdict says how many that was.
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +67,9 @@ class Reproduction:
 
 
 def _responses(path: Path) -> dict[str, str]:
-    with open(path) as f:
+    if not path.exists():  # a tracked copy is kept gzipped
+        path = path.with_name(path.name + ".gz")
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path)) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return {r["id"]: r["response"] for r in rows}
 

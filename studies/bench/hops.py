@@ -54,11 +54,12 @@ def score(out: Path) -> None:
 
     lookup = out / "lookup"
     lookup.mkdir(parents=True, exist_ok=True)
+    raw = run_study.raw_traces(STUDY)
     if not (lookup / "raw_traces.jsonl").exists():
-        shutil.copyfile(STUDY / "raw_traces.jsonl", lookup / "raw_traces.jsonl")
+        shutil.copyfile(raw, lookup / "raw_traces.jsonl")
     run_study.main(["--out", str(lookup), "--traces-only"])  # traces and segments first
     n, k = TRACE_SETS["hops"]["test"]
-    regime_traces("hops", "test", n, k, out / "cache", seed=0, reuse=STUDY / "raw_traces.jsonl")
+    regime_traces("hops", "test", n, k, out / "cache", seed=0, reuse=raw)
     scorer = load_scorer(ModelOptions())
     (out / "variants").mkdir(exist_ok=True)
     # the variants before the study's methods: hours of Monte Carlo come last
