@@ -27,7 +27,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "train": ("trl", "peft", "accelerate", "datasets"),
     "verl": ("verl", "omegaconf", "hydra", "ray", "tensordict"),
     "data": ("datasets",),
-    "gguf": ("gguf",),
+    "gguf": ("gguf", "accelerate"),
     "vllm": ("vllm",),
 }
 # verl's release pins a transformers older than cotcredit's: it is installed on its own,
