@@ -102,24 +102,20 @@ def leaderboard(results: pd.DataFrame, methods: Sequence[str], baselines: Sequen
             kind = ("baseline" if m in baselines else "reference" if m == reference
                     else "method")
             row = {"regime": regime, "method": m, "kind": kind, "reads": reads.get(m, "")}
-            row |= {"loc_top1": get("localization", m, "top1"),
-                    "loc_top1_low": get("localization", m, "top1", "ci_low"),
-                    "loc_top1_high": get("localization", m, "top1", "ci_high"),
-                    "loc_n": get("localization", m, "top1", "n"),
-                    "loc_mean_rank": get("localization", m, "mean_rank"),
+            def interval(name: str, metric: str, stat: str, n: str, m: str = m) -> dict:
+                return {name: get(metric, m, stat), f"{name}_low": get(metric, m, stat, "ci_low"),
+                        f"{name}_high": get(metric, m, stat, "ci_high"),
+                        n: get(metric, m, stat, "n")}
+
+            row |= interval("loc_top1", "localization", "top1", "loc_n")
+            row |= {"loc_mean_rank": get("localization", m, "mean_rank"),
                     "loc_chance": get("localization", m, "chance_top1")}
-            row |= {"mc_spearman": get("mc_tracking", m, "spearman"),
-                    "mc_spearman_low": get("mc_tracking", m, "spearman", "ci_low"),
-                    "mc_spearman_high": get("mc_tracking", m, "spearman", "ci_high"),
-                    "mc_n": get("mc_tracking", m, "spearman", "n"),
-                    "mc_ceiling": get("mc_tracking", reference, "ceiling"),
+            row |= interval("mc_spearman", "mc_tracking", "spearman", "mc_n")
+            row |= {"mc_ceiling": get("mc_tracking", reference, "ceiling"),
                     "mc_rollouts": get("mc_tracking", m, "rollouts")}
             for metric in ("blame_departure", "blame_wrong_step"):
-                row |= {metric: get(metric, m, "top1"),
-                        f"{metric}_low": get(metric, m, "top1", "ci_low"),
-                        f"{metric}_high": get(metric, m, "top1", "ci_high"),
-                        f"{metric}_chance": get(metric, m, "chance_top1"),
-                        f"{metric}_n": get(metric, m, "top1", "n")}
+                row |= interval(metric, metric, "top1", f"{metric}_n")
+                row[f"{metric}_chance"] = get(metric, m, "chance_top1")
             for key, metric in _PAIRED:
                 b = chosen(best, regime, metric, row["reads"]) if kind != "baseline" else ""
                 d = paired(cell, metric, m, b) if b else {}
