@@ -1,4 +1,5 @@
-"""Import paths of the flat layout before 0.3 (``cotcredit.traces``, ...), kept until 0.4.
+"""Import paths of the flat layout before 0.3 (``cotcredit.traces``, ...), and of the modules
+merged since into the one that holds their names (``cotcredit.data.fields``), kept until 0.4.
 
 `AliasFinder` imports the new module under the old name too (the same module object, so
 monkeypatching is shared) with one ``DeprecationWarning`` naming the new path. A split module
@@ -24,7 +25,10 @@ ALIASES: dict[str, str] = {
     "cotcredit.traces": "cotcredit.data",  # split: fields, trace, records, traces
     "cotcredit.readers": "cotcredit.data.readers",
     "cotcredit.grading": "cotcredit.data.grading",
-    "cotcredit.outcome": "cotcredit.data.outcome",
+    "cotcredit.outcome": "cotcredit.data.trace",
+    "cotcredit.data.fields": "cotcredit.data.trace",
+    "cotcredit.data.outcome": "cotcredit.data.trace",
+    "cotcredit.data.records": "cotcredit.data.traces",
     # reading problems moved on to cotcredit.data.problems
     "cotcredit.problems": "cotcredit.pipeline.generate",
     # store: tables on disk

@@ -146,7 +146,7 @@ def test_bad_labels_are_one_line_before_any_model_loads(tmp_path, change, messag
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     if message is None:
         from cotcredit.bench.labelled import LabelledTraces
-        from cotcredit.data.fields import FieldOptions
+        from cotcredit.data.trace import FieldOptions
 
         found = LabelledTraces(src, fields=FieldOptions(preset="processbench")).read()
         assert sum(len(v) for v in found.values()) == 2
@@ -159,7 +159,7 @@ def test_bad_labels_are_one_line_before_any_model_loads(tmp_path, change, messag
 
 
 def _processbench():
-    from cotcredit.data.fields import FieldOptions
+    from cotcredit.data.trace import FieldOptions
 
     return FieldOptions(preset="processbench")
 

@@ -1,5 +1,6 @@
-"""Old import paths (the flat layout before 0.3) keep importing for one release: each is the new
-module object itself, and importing it warns once, naming the new path."""
+"""Old import paths (the flat layout before 0.3, and modules merged since) keep importing for one
+release: each is the new module object itself, and importing it warns once, naming the new
+path."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ OLD_NAMES = {
     "cotcredit.readers": "open_records",
     "cotcredit.grading": "grade_completion",
     "cotcredit.outcome": "trace_outcome",
+    "cotcredit.data.fields": "FieldNames",
+    "cotcredit.data.outcome": "trace_outcome",
+    "cotcredit.data.records": "parse_record",
     "cotcredit.problems": "generate_traces",
     "cotcredit.io": "read_table",
     "cotcredit.tables": "TableWriter",

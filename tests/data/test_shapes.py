@@ -12,10 +12,8 @@ import pytest
 from conftest import run_cli
 
 import cotcredit
-from cotcredit.data.outcome import trace_outcome
-from cotcredit.data.records import STEP_SEPARATOR
-from cotcredit.data.trace import TraceError
-from cotcredit.data.traces import read_traces
+from cotcredit.data.trace import TraceError, trace_outcome
+from cotcredit.data.traces import STEP_SEPARATOR, read_traces
 from cotcredit.errors import UserError
 from cotcredit.pipeline.inputs import InputOptions
 from cotcredit.pipeline.run import with_rendered_prompt
@@ -313,7 +311,7 @@ def test_a_folder_without_data_is_one_line(tmp_path):
 def test_default_reading_keeps_the_run_key_fields():
     """Tables keyed before chat turns, generation lists and steps were read keep their run key
     when read the default way; a preset is a different reading (a different key)."""
-    from cotcredit.data.fields import FieldNames
+    from cotcredit.data.trace import FieldNames
     from cotcredit.pipeline.run import fields_spec
 
     assert fields_spec(FieldNames()) == {

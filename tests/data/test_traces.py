@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from cotcredit.data.fields import FieldNames
-from cotcredit.data.trace import TraceError, reasoning_end
+from cotcredit.data.trace import FieldNames, TraceError, reasoning_end
 from cotcredit.data.traces import read_traces
 from cotcredit.errors import UserError
 

@@ -11,8 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from cotcredit.data.fields import FieldNames
-from cotcredit.data.trace import Trace
+from cotcredit.data.trace import FieldNames, Trace
 from cotcredit.data.traces import iter_traces
 from cotcredit.errors import UserError
 from cotcredit.lm.forcing import ForcingOptions, answer_forcing, connector_after

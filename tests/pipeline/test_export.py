@@ -87,7 +87,7 @@ def test_processbench_label_is_the_first_step_not_above_threshold(tmp_path, thre
 
 def test_processbench_reads_back_as_processbench(tmp_path):
     """cotcredit's own ProcessBench reader takes the export: same problem, steps, first error."""
-    from cotcredit.data.fields import format_names
+    from cotcredit.data.trace import format_names
     from cotcredit.data.traces import iter_traces
 
     df = score_table(("rredcot",))

@@ -386,7 +386,7 @@ def test_bfloat16_scores_in_float32_close_to_float32(tiny_model_dir, scorer):
     """Named guarantee: half-precision runs compute log-softmax in float32."""
     from conftest import SAMPLE_TRACES
 
-    from cotcredit.data.records import parse_trace
+    from cotcredit.data.traces import parse_trace
     from cotcredit.lm import Continuation
 
     for dtype in ("bfloat16", "float16"):
@@ -417,7 +417,7 @@ def test_bfloat16_scores_in_float32_close_to_float32(tiny_model_dir, scorer):
 def _probe_setup(scorer):
     from conftest import SAMPLE_TRACES
 
-    from cotcredit.data.records import parse_trace
+    from cotcredit.data.traces import parse_trace
     from cotcredit.lm import Continuation
 
     enc = scorer.encode(parse_trace(SAMPLE_TRACES[0], "mem", 1))

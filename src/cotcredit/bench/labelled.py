@@ -30,10 +30,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cotcredit.data.fields import MISSING, FieldOptions, get_path, pick
 from cotcredit.data.readers import open_records
-from cotcredit.data.records import STEP_SEPARATOR, parse_record
-from cotcredit.data.trace import Trace, TraceError, first_departure
+from cotcredit.data.trace import (
+    MISSING,
+    FieldOptions,
+    Trace,
+    TraceError,
+    first_departure,
+    get_path,
+    pick,
+)
+from cotcredit.data.traces import STEP_SEPARATOR, parse_record
 from cotcredit.errors import UserError
 from cotcredit.lm.loading import ModelOptions
 
@@ -146,7 +153,7 @@ def problem_key(trace: Trace) -> str:
 def bench_record(trace: Trace, split: str) -> dict[str, Any]:
     """A trace as the bench's labelled record: what the methods read (prompt or chat turns,
     response or steps, answer, solution, solutions) and the labels the metrics read."""
-    from cotcredit.data.outcome import trace_outcome
+    from cotcredit.data.trace import trace_outcome
 
     correct = trace_outcome(trace) >= 0.5
     error = -1 if trace.error_char is None else trace.error_char

@@ -482,7 +482,7 @@ class _Bench:
 
 def _labelled(opts: BenchOptions, regimes: Any, model: Any, inputs: Any) -> LabelledTraces:
     """The ``--traces`` regime, its labels checked (before any model loads)."""
-    from cotcredit.data.fields import FieldOptions
+    from cotcredit.data.trace import FieldOptions
     from cotcredit.lm.loading import ModelOptions
 
     if regimes is not None:

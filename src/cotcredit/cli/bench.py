@@ -13,7 +13,7 @@ from rich.table import Table
 from cotcredit.bench.run import BenchOptions
 from cotcredit.cli.output import Quiet, err, out
 from cotcredit.cli.params import with_options
-from cotcredit.data.fields import FieldOptions
+from cotcredit.data.trace import FieldOptions
 from cotcredit.errors import UserError
 from cotcredit.lm.loading import ModelOptions
 

@@ -33,8 +33,8 @@ from cotcredit.cli.output import (
     show_trace,
 )
 from cotcredit.cli.params import with_options
-from cotcredit.data.fields import FieldOptions
 from cotcredit.data.problems import ProblemInputOptions
+from cotcredit.data.trace import FieldOptions
 from cotcredit.errors import UserError
 from cotcredit.lm.loading import ModelOptions
 from cotcredit.options import check_choices

@@ -2,16 +2,14 @@
 Its modules, each building on those before it:
 
 * ``readers``: records from JSONL, gzip, JSON, Parquet, ``datasets`` folders and ids;
-* ``fields``: which keys hold each part of a trace (``FieldNames``, the ``--format`` presets);
 * ``grading``: extracting a final answer and checking it against the reference;
 * ``trace``: the ``Trace`` record, where its reasoning ends, where it departs from a
-  reference solution, and which problem it answers (``problem_key``);
-* ``records``: one input record -> its traces (``parse_record``);
-* ``traces``: reading a whole input, streamed or into memory;
-* ``problems``: problem sets (prompt, answer, optional solution);
-* ``outcome``: a trace's outcome ζ.
+  reference solution, which problem it answers (``problem_key``), its outcome ζ, and which keys
+  hold each of its fields (``FieldNames``, the ``--format`` presets);
+* ``traces``: one input record -> its traces (``parse_record``), and a whole input, streamed or
+  into memory;
+* ``problems``: problem sets (prompt, answer, optional solution).
 """
-
 from __future__ import annotations
 
 from cotcredit._lazy import lazy_index
@@ -21,27 +19,20 @@ _WHERE = {
         "BATCH_ROWS", "decode_json", "Records", "parquet_files", "open_records",
     ), "cotcredit.data.readers"),
     **dict.fromkeys((
-        "FieldNames", "FORMATS", "format_names", "FieldOptions", "MISSING", "get_path", "pick",
-    ), "cotcredit.data.fields"),
+        "last_boxed", "extract_answer", "GradeResult", "grade", "grade_completion",
+    ), "cotcredit.data.grading"),
     **dict.fromkeys((
         "THINK_OPEN", "THINK_CLOSE", "Trace", "TraceError", "one_line", "reasoning_end",
-        "first_departure", "PROBLEM_FIELD", "problem_key",
+        "first_departure", "PROBLEM_FIELD", "problem_key", "trace_outcome",
+        "FieldNames", "FORMATS", "format_names", "FieldOptions", "MISSING", "get_path", "pick",
     ), "cotcredit.data.trace"),
     **dict.fromkeys((
         "STEP_SEPARATOR", "final_answer", "parse_record", "parse_trace",
-    ), "cotcredit.data.records"),
-    **dict.fromkeys((
         "ReadResult", "SeenIds", "iter_traces", "read_traces",
     ), "cotcredit.data.traces"),
     **dict.fromkeys((
         "ProblemInputOptions", "Problem", "parse_problem", "read_problems", "load_problems",
     ), "cotcredit.data.problems"),
-    **dict.fromkeys((
-        "last_boxed", "extract_answer", "GradeResult", "grade", "grade_completion",
-    ), "cotcredit.data.grading"),
-    **dict.fromkeys((
-        "trace_outcome",
-    ), "cotcredit.data.outcome"),
 }
 
 __all__ = sorted(_WHERE)

@@ -8,10 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cotcredit.data.fields import FieldNames, FieldOptions, format_names
 from cotcredit.data.readers import open_records
-from cotcredit.data.records import parse_trace
-from cotcredit.data.trace import TraceError
+from cotcredit.data.trace import FieldNames, FieldOptions, TraceError, format_names
+from cotcredit.data.traces import parse_trace
 from cotcredit.errors import UserError
 from cotcredit.options import option
 

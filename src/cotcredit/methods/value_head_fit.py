@@ -259,8 +259,7 @@ def fit_value_head(traces: str | Path | Sequence[Trace], values: str | Path | pd
     """
     import pandas as pd
 
-    from cotcredit.data.outcome import trace_outcome
-    from cotcredit.data.trace import problem_key
+    from cotcredit.data.trace import problem_key, trace_outcome
     from cotcredit.data.traces import iter_traces
 
     if target not in TARGETS:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cotcredit.data.fields import FieldNames
+from cotcredit.data.trace import FieldNames
 from cotcredit.errors import UserError
 from cotcredit.options import option
 

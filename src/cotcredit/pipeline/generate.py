@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cotcredit.data import grading
-from cotcredit.data.fields import FieldNames
 from cotcredit.data.problems import Problem, ProblemInputOptions, parse_problem, read_problems
-from cotcredit.data.trace import reasoning_end
+from cotcredit.data.trace import FieldNames, reasoning_end
 from cotcredit.errors import UserError
 from cotcredit.lm.generation import SamplingSettings
 from cotcredit.lm.sampling import get_generator

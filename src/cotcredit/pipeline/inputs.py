@@ -12,10 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cotcredit.data.fields import FieldOptions
-from cotcredit.data.outcome import trace_outcome
 from cotcredit.data.readers import open_records
-from cotcredit.data.trace import Trace, TraceError, problem_key
+from cotcredit.data.trace import FieldOptions, Trace, TraceError, problem_key, trace_outcome
 from cotcredit.data.traces import iter_traces
 from cotcredit.errors import UserError
 from cotcredit.methods import get_method

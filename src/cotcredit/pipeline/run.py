@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cotcredit import distributed
-from cotcredit.data.fields import FieldNames
-from cotcredit.data.trace import Trace, TraceError
+from cotcredit.data.trace import FieldNames, Trace, TraceError
 from cotcredit.errors import UserError
 from cotcredit.lm.loading import ModelOptions, model_location
 from cotcredit.methods import TraceContext, get_method, registry

@@ -21,8 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cotcredit.data.outcome import trace_outcome
-from cotcredit.data.trace import Trace
+from cotcredit.data.trace import Trace, trace_outcome
 from cotcredit.errors import UserError
 from cotcredit.lm.forcing import ForcingOptions, resolved
 from cotcredit.methods.base import (
