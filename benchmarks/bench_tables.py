@@ -42,8 +42,7 @@ from cotcredit.methods import get_method
 from cotcredit.store import io, tables
 from cotcredit.store.io import META_KEY
 from cotcredit.store.parts import part_name
-from cotcredit.store.schema import table_schema
-from cotcredit.store.tables import TableWriter
+from cotcredit.store.tables import TableWriter, table_schema
 
 WORDS = ("so the total is wait check again then add carry multiply each row of table value "
          "apples oranges cost dollars first next therefore hmm actually answer").split()

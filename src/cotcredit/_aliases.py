@@ -33,7 +33,8 @@ ALIASES: dict[str, str] = {
     "cotcredit.problems": "cotcredit.pipeline.generate",
     # store: tables on disk
     "cotcredit.io": "cotcredit.store.io",
-    "cotcredit.tables": "cotcredit.store",  # split: schema, parts, tables
+    "cotcredit.tables": "cotcredit.store",  # split: parts, tables
+    "cotcredit.store.schema": "cotcredit.store.tables",
     "cotcredit.shards": "cotcredit.store.shards",
     # lm: the model and everything that runs it
     "cotcredit.encoding": "cotcredit.lm.encoding",

@@ -25,6 +25,7 @@ OLD_NAMES = {
     "cotcredit.problems": "generate_traces",
     "cotcredit.io": "read_table",
     "cotcredit.tables": "TableWriter",
+    "cotcredit.store.schema": "table_schema",
     "cotcredit.shards": "merge_tables",
     "cotcredit.encoding": "encode_trace",
     "cotcredit.forcing": "answer_forcing",

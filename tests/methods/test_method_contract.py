@@ -17,7 +17,7 @@ from cotcredit.options import build_options
 from cotcredit.pipeline.run import score
 from cotcredit.pipeline.summary import SEGMENTS
 from cotcredit.segmentation import SegmentOptions
-from cotcredit.store.schema import table_schema
+from cotcredit.store.tables import table_schema
 
 #: Sizes that keep every method quick on the tiny model, set where a method has the option.
 TINY = {"rollouts": 2, "max_new_tokens": 6, "samples": 4, "steps": 4, "rollout_budget": 4}

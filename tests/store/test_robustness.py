@@ -27,8 +27,7 @@ from conftest import run_cli, write_traces
 from cotcredit.errors import UserError
 from cotcredit.lm import ModelOptions, load_scorer
 from cotcredit.store.io import read_metadata
-from cotcredit.store.schema import NonFiniteScore
-from cotcredit.store.tables import TableWriter
+from cotcredit.store.tables import NonFiniteScore, TableWriter
 
 N_TRACES = 48
 

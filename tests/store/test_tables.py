@@ -23,8 +23,7 @@ from conftest import FIXTURES, TESTS, run_cli, write_traces
 from cotcredit.errors import UserError
 from cotcredit.store import io, tables
 from cotcredit.store.io import read_metadata
-from cotcredit.store.schema import table_schema
-from cotcredit.store.tables import TableWriter
+from cotcredit.store.tables import TableWriter, table_schema
 
 COLUMNS = {"extra": "float64", "count": "int64", "tag": "string", "flag": "bool"}
 SCHEMA = table_schema({"demo": COLUMNS})

@@ -450,7 +450,7 @@ _WRITERS: dict[str, TableWriter] = {}
 
 def rollouts_run_key(ctx: TraceContext, options: McOptions) -> str:
     """The run key of a rollouts table: the model and every mc option that changes rollouts."""
-    from cotcredit.store.schema import run_key
+    from cotcredit.store.tables import run_key
 
     opts = {k: v for k, v in asdict(options).items() if k not in options.NOT_IN_RUN_KEY}
     return run_key({"model": ctx.scorer.run_identity(), "mc": opts, "table": "rollouts"})

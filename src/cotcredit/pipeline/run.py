@@ -203,8 +203,7 @@ def run_analysis(
     are in `summary.rows` (unless `keep_rows=False`). `timings` adds `cost_seconds`. `rename`
     maps a row label to another (a variant). `cache`: default a new `RunCache`.
     """
-    from cotcredit.store.schema import run_key, table_schema
-    from cotcredit.store.tables import TableWriter, rows_by_trace
+    from cotcredit.store.tables import TableWriter, rows_by_trace, run_key, table_schema
 
     t_start = time.perf_counter()
     inputs = (inputs or InputOptions()).validate()
@@ -391,7 +390,7 @@ def _score_trace(
     trace, siblings, scorer, cache, specs, opts, seg_opts, stored, segments_file,
     summary: RunSummary, timed: bool, rename: Mapping[str, str],
 ) -> dict[str, list[dict]]:
-    from cotcredit.store.schema import check_finite
+    from cotcredit.store.tables import check_finite
 
     t0, f0 = time.perf_counter(), _forward_tokens(scorer)
     trace = with_rendered_prompt(trace, scorer)

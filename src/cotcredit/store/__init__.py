@@ -2,9 +2,9 @@
 resumable, compacted, and merged from shards. Its modules, each building on those before it:
 
 * ``io``: atomic writes, the layout of a table folder, reading a table (file or folder);
-* ``schema``: a table's fixed schema, the run key, rows checked against the schema;
 * ``parts``: the data files of a folder and merging them in input order;
-* ``tables``: ``TableWriter`` (append, resume, compact) and reading a segmentation back;
+* ``tables``: a table's fixed schema, the run key, rows checked against the schema,
+  ``TableWriter`` (append, resume, compact) and reading a segmentation back;
 * ``shards``: joining the tables of one run's shards (``cotcredit merge``).
 """
 
@@ -24,7 +24,7 @@ _WHERE = {
         "SEGMENT_COLUMNS", "METHOD_COLUMNS", "TOKEN_COLUMNS", "GENERATED_COLUMN",
         "SECONDS_COLUMN", "run_key", "table_schema", "NonFiniteScore", "check_finite",
         "rows_to_table",
-    ), "cotcredit.store.schema"),
+    ), "cotcredit.store.tables"),
     **dict.fromkeys((
         "PART_ROWS", "PART_BYTES", "BLOCKS_KEY", "part_position", "part_name", "file_blocks",
         "write_merged", "footer", "conform",
