@@ -42,7 +42,7 @@ import torch  # noqa: E402
 from cotcredit.data.trace import Trace
 from cotcredit.data.traces import read_traces
 from cotcredit.lm import ModelOptions, load_scorer  # noqa: E402
-from cotcredit.lm.forcing import ForcingOptions, answer_forcing
+from cotcredit.lm.encoding import ForcingOptions, answer_forcing
 from cotcredit.methods import loo, shapley  # noqa: E402
 from cotcredit.methods.attribution import TargetOptions  # noqa: E402
 from cotcredit.methods.base import TraceContext  # noqa: E402

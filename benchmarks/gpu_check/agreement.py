@@ -13,7 +13,7 @@ from benchmarks.gpu_check.shapes import build_model
 from benchmarks.gpu_check.timing import Deadline, free_memory
 from benchmarks.gpu_check.traces import ANSWER, REFERENCES, SOLUTION, rhat_options, trace_for
 from cotcredit.lm import Scorer
-from cotcredit.lm.forcing import ForcingOptions, answer_forcing
+from cotcredit.lm.encoding import ForcingOptions, answer_forcing
 from cotcredit.methods import rredcot
 from cotcredit.methods.attribution import ValueFunction
 from cotcredit.methods.base import TraceContext

@@ -38,7 +38,8 @@ ALIASES: dict[str, str] = {
     "cotcredit.shards": "cotcredit.store.shards",
     # lm: the model and everything that runs it
     "cotcredit.encoding": "cotcredit.lm.encoding",
-    "cotcredit.forcing": "cotcredit.lm.forcing",
+    "cotcredit.forcing": "cotcredit.lm.encoding",
+    "cotcredit.lm.forcing": "cotcredit.lm.encoding",
     "cotcredit.sampling": "cotcredit.lm",  # split: generation, sampling, vllm_sampling
     # methods: RREDCoT is a package (its known paths: rredcot.paths)
     "cotcredit.methods.rredcot_paths": "cotcredit.methods.rredcot.paths",

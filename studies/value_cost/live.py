@@ -54,7 +54,7 @@ def horizon_options(split: Split, kind: str, n: int, rollouts: int) -> McOptions
 
 
 def _forcing(exit_string: str):
-    from cotcredit.lm.forcing import ForcingOptions
+    from cotcredit.lm.encoding import ForcingOptions
 
     return ForcingOptions(exit_string=exit_string)
 

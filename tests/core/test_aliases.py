@@ -29,6 +29,7 @@ OLD_NAMES = {
     "cotcredit.shards": "merge_tables",
     "cotcredit.encoding": "encode_trace",
     "cotcredit.forcing": "answer_forcing",
+    "cotcredit.lm.forcing": "answer_forcing",
     "cotcredit.sampling": "get_generator",
     "cotcredit.methods.rredcot_paths": "paths_after",
     "cotcredit.api": "redistribute",

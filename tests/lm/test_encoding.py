@@ -10,8 +10,7 @@ from transformers import PreTrainedTokenizerFast
 from cotcredit.data.trace import Trace
 from cotcredit.errors import UserError
 from cotcredit.lm import Scorer
-from cotcredit.lm.encoding import encode_parts
-from cotcredit.lm.forcing import EXIT_PLAIN, ForcingOptions, answer_forcing
+from cotcredit.lm.encoding import EXIT_PLAIN, ForcingOptions, answer_forcing, encode_parts
 from cotcredit.methods.base import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions
 from cotcredit.methods.rredcot import run as rredcot_run

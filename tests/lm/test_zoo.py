@@ -20,7 +20,7 @@ import transformers as tf
 from cotcredit.data.trace import Trace
 from cotcredit.errors import UserError
 from cotcredit.lm import Scorer
-from cotcredit.lm.forcing import ForcingOptions, answer_forcing
+from cotcredit.lm.encoding import ForcingOptions, answer_forcing
 from cotcredit.methods.attribution import ValueFunction
 from cotcredit.methods.base import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions, build_probes, estimate

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cotcredit.data.trace import Trace
-from cotcredit.lm.forcing import ForcingOptions, answer_forcing
+from cotcredit.lm.encoding import ForcingOptions, answer_forcing
 from cotcredit.methods.attribution import (
     EmbeddingTarget,
     TargetOptions,

@@ -11,7 +11,7 @@ import pytest
 
 from cotcredit.data.traces import iter_traces
 from cotcredit.errors import UserError
-from cotcredit.lm.forcing import ForcingOptions, answer_forcing
+from cotcredit.lm.encoding import ForcingOptions, answer_forcing
 from cotcredit.lm.generation import SamplingOptions
 from cotcredit.lm.passes import Continuation
 from cotcredit.lm.sampling import HFGenerator

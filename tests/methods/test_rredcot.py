@@ -8,7 +8,7 @@ import pytest
 from cotcredit.data.trace import Trace
 from cotcredit.errors import UserError
 from cotcredit.lm import Scorer
-from cotcredit.lm.forcing import EXIT_PLAIN, EXIT_THINK, ForcingOptions, answer_forcing
+from cotcredit.lm.encoding import EXIT_PLAIN, EXIT_THINK, ForcingOptions, answer_forcing
 from cotcredit.methods.base import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions, redistribute_rewards
 from cotcredit.pipeline.run import run_analysis
@@ -122,7 +122,7 @@ def test_exit_string_is_chosen_once_per_model_and_errors(scorer: Scorer):
 
 
 def test_thinking_models_get_the_close_tag(scorer: Scorer):
-    from cotcredit.lm.forcing import default_exit_string
+    from cotcredit.lm.encoding import default_exit_string
 
     class Tok:
         chat_template = "{{ '<|im_start|>assistant\\n<think>\\n' }}"

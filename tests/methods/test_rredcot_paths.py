@@ -14,7 +14,7 @@ import torch
 from cotcredit.data.trace import FieldNames, Trace
 from cotcredit.data.traces import iter_traces
 from cotcredit.errors import UserError
-from cotcredit.lm.forcing import ForcingOptions, answer_forcing, connector_after
+from cotcredit.lm.encoding import ForcingOptions, answer_forcing, connector_after
 from cotcredit.lm.passes import ContinuationScore
 from cotcredit.methods.base import TraceContext
 from cotcredit.methods.rredcot import (

@@ -5,14 +5,14 @@ Its modules:
 
 * ``loading``: ``ModelOptions``, locating ``--model`` (hub id, folder, GGUF, the embedded
   default), device and dtype;
-* ``encoding``: a trace -> tokens with character offsets, as the model saw it;
+* ``encoding``: a trace -> tokens with character offsets, as the model saw it, and answer
+  forcing: the exit string E and the probe blocks scored after a prefix;
 * ``head``: the output head applied by hand in float32;
 * ``passes``: what a forward pass gives (``TracePass``, ``Continuation`` and its score);
 * ``backoff``: the one out-of-memory back-off (halve the batch, retry);
 * ``packing``: many probes of one trace's prefixes in one forward pass;
 * ``scorer``: the ``Scorer`` (log-probs, entropies, probes, perturbed sequences) and
   ``load_scorer``;
-* ``forcing``: the exit string E and the probe blocks scored after a prefix;
 * ``generation``, ``sampling``, ``vllm_sampling``: sampling completions (transformers or vLLM).
 
 Names load their module on first use: ``from cotcredit.lm import ModelOptions`` loads no torch.
@@ -47,11 +47,9 @@ _WHERE = {
         "EncodedTrace", "encoded_trace", "text_offsets", "encode_trace", "token_offsets",
         "template_markers", "rendered_by_template", "special_ids", "completion_text",
         "encode_completion", "Parts", "continuation_offsets", "encode_parts",
-    ), "cotcredit.lm.encoding"),
-    **dict.fromkeys((
         "EXIT_PLAIN", "EXIT_THINK", "ForcingOptions", "resolved", "thinks_in_tags",
         "default_exit_string", "Forcing", "solution_body", "connector_after", "answer_forcing",
-    ), "cotcredit.lm.forcing"),
+    ), "cotcredit.lm.encoding"),
     **dict.fromkeys((
         "BACKENDS", "SamplingOptions", "SamplingSettings", "Completion", "GenerationStats",
         "Generator", "row_seed", "default_keys", "stop_token_ids", "decode_continuation",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
-from cotcredit.lm.forcing import ForcingOptions, answer_forcing, resolved
+from cotcredit.lm.encoding import ForcingOptions, answer_forcing, resolved
 from cotcredit.lm.passes import Continuation
 from cotcredit.methods.base import MethodCommand, TraceContext
 from cotcredit.options import check_choices, option

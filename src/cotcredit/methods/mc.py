@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from cotcredit.data import grading
 from cotcredit.errors import UserError
-from cotcredit.lm.forcing import ForcingOptions, resolved
+from cotcredit.lm.encoding import ForcingOptions, resolved
 from cotcredit.lm.generation import Completion, SamplingSettings
 from cotcredit.lm.sampling import get_generator
 from cotcredit.methods.base import MethodCommand, MethodRows, MethodSpec, TraceContext

@@ -24,11 +24,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from cotcredit.lm.forcing import answer_forcing
+from cotcredit.lm.encoding import answer_forcing
 from cotcredit.lm.passes import Continuation
 
 if TYPE_CHECKING:
-    from cotcredit.lm.forcing import ForcingOptions
+    from cotcredit.lm.encoding import ForcingOptions
     from cotcredit.lm.generation import Completion
     from cotcredit.methods.base import TraceContext
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from cotcredit.data.trace import first_departure
 
 if TYPE_CHECKING:
-    from cotcredit.lm.forcing import ForcingOptions
+    from cotcredit.lm.encoding import ForcingOptions
     from cotcredit.methods.base import TraceContext
 
 #: The priors `--prior` knows ("none": the search asks for the middle boundary).

@@ -146,7 +146,7 @@ class RredcotTrainingOptions(_Section):
 
     def options(self):
         """The ``RredcotOptions`` the scorer runs with (``sum_to="advantage"``)."""
-        from cotcredit.lm.forcing import ForcingOptions
+        from cotcredit.lm.encoding import ForcingOptions
         from cotcredit.methods.rredcot import RredcotOptions
         from cotcredit.options import build_options
 

@@ -163,7 +163,7 @@ def load_policy(cfg: TrainConfig):
 
 def _check_rredcot_inputs(fn, problems, cfg: TrainConfig) -> None:
     """Fail before training on what would fail at the first scoring of a problem."""
-    from cotcredit.lm.forcing import answer_forcing
+    from cotcredit.lm.encoding import answer_forcing
 
     forcing = answer_forcing(fn.scorer, fn.options.forcing)
     for p in problems:

@@ -38,8 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cotcredit.lm import ModelOptions, Scorer
-from cotcredit.lm.encoding import EncodedTrace
-from cotcredit.lm.forcing import ForcingOptions
+from cotcredit.lm.encoding import EncodedTrace, ForcingOptions
 from cotcredit.methods.rredcot import RredcotOptions
 from cotcredit.training.advantages import value_difference_rewards
 from cotcredit.training.online import CompletionCredit, OnlineRredcot, unwrap

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from cotcredit.data.trace import Trace, trace_outcome
 from cotcredit.errors import UserError
-from cotcredit.lm.forcing import ForcingOptions, resolved
+from cotcredit.lm.encoding import ForcingOptions, resolved
 from cotcredit.methods.base import (
     MethodCommand,
     MethodRows,

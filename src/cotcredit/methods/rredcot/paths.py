@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from cotcredit.data.trace import Trace
 from cotcredit.errors import UserError
-from cotcredit.lm.forcing import solution_body
+from cotcredit.lm.encoding import solution_body
 
 REFERENCES = ("solution", "solutions", "siblings")
 ALIGNMENTS = ("whole", "remaining", "matched", "suffixes")

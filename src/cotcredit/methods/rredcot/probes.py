@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
-from cotcredit.lm.forcing import answer_forcing, connector_after
+from cotcredit.lm.encoding import answer_forcing, connector_after
 from cotcredit.lm.passes import Continuation
 from cotcredit.methods.base import TraceContext
 from cotcredit.methods.rredcot.paths import (
