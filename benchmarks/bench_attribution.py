@@ -43,9 +43,12 @@ from cotcredit.data.trace import Trace
 from cotcredit.data.traces import read_traces
 from cotcredit.lm import ModelOptions, load_scorer  # noqa: E402
 from cotcredit.lm.encoding import ForcingOptions, answer_forcing
-from cotcredit.methods import loo, shapley  # noqa: E402
+from cotcredit.methods import (  # noqa: E402
+    TraceContext,  # noqa: E402
+    loo,
+    shapley,
+)
 from cotcredit.methods.attribution import TargetOptions  # noqa: E402
-from cotcredit.methods.base import TraceContext  # noqa: E402
 from cotcredit.segmentation import SegmentOptions, segment_encoded  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -58,10 +58,10 @@ def main(argv: list[str] | None = None) -> None:
     from transformers.utils import logging as hf_logging
 
     from cotcredit.lm import ModelOptions, load_scorer
+    from cotcredit.methods import RunCache
     from cotcredit.methods.mc import McOptions
     from cotcredit.pipeline.inputs import InputOptions
     from cotcredit.pipeline.run import SEGMENTS, run_analysis
-    from cotcredit.run_cache import RunCache
     from cotcredit.segmentation import SegmentOptions
 
     hf_logging.disable_progress_bar()

@@ -31,7 +31,7 @@ import torch
 
 from cotcredit.data.trace import Trace
 from cotcredit.lm import ModelOptions, load_scorer
-from cotcredit.methods.base import TraceContext
+from cotcredit.methods import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions, estimate
 from cotcredit.methods.rredcot import run as rredcot_run
 from cotcredit.segmentation import SegmentOptions, segment_encoded

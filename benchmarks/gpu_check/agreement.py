@@ -14,9 +14,8 @@ from benchmarks.gpu_check.timing import Deadline, free_memory
 from benchmarks.gpu_check.traces import ANSWER, REFERENCES, SOLUTION, rhat_options, trace_for
 from cotcredit.lm import Scorer
 from cotcredit.lm.encoding import ForcingOptions, answer_forcing
-from cotcredit.methods import rredcot
+from cotcredit.methods import TraceContext, rredcot
 from cotcredit.methods.attribution import ValueFunction
-from cotcredit.methods.base import TraceContext
 from cotcredit.segmentation import SegmentOptions, segment_encoded
 
 if TYPE_CHECKING:

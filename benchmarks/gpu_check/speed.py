@@ -14,8 +14,7 @@ from benchmarks.gpu_check.traces import OTHER_SOLUTIONS, rhat_options, trace_for
 from cotcredit.data.trace import Trace
 from cotcredit.lm import Continuation, Scorer, resolve_dtype
 from cotcredit.lm.encoding import ForcingOptions, answer_forcing
-from cotcredit.methods import rredcot
-from cotcredit.methods.base import TraceContext
+from cotcredit.methods import TraceContext, rredcot
 from cotcredit.segmentation import SegmentOptions, segment_encoded
 
 if TYPE_CHECKING:

@@ -41,7 +41,10 @@ ALIASES: dict[str, str] = {
     "cotcredit.forcing": "cotcredit.lm.encoding",
     "cotcredit.lm.forcing": "cotcredit.lm.encoding",
     "cotcredit.sampling": "cotcredit.lm",  # split: generation, sampling, vllm_sampling
-    # methods: RREDCoT is a package (its known paths: rredcot.paths)
+    # methods: the contract, the run's cache and the registry are the package's index;
+    # RREDCoT is a package (the method and its estimate, then its probes and known paths)
+    "cotcredit.run_cache": "cotcredit.methods",
+    "cotcredit.methods.base": "cotcredit.methods",
     "cotcredit.methods.rredcot_paths": "cotcredit.methods.rredcot.paths",
     # pipeline: the one analysis path and the API of the commands
     "cotcredit.api": "cotcredit.pipeline.api",

@@ -31,6 +31,8 @@ OLD_NAMES = {
     "cotcredit.forcing": "answer_forcing",
     "cotcredit.lm.forcing": "answer_forcing",
     "cotcredit.sampling": "get_generator",
+    "cotcredit.run_cache": "RunCache",
+    "cotcredit.methods.base": "TraceContext",
     "cotcredit.methods.rredcot_paths": "paths_after",
     "cotcredit.api": "redistribute",
     "cotcredit.exports": "export_scores",

@@ -11,7 +11,7 @@ from cotcredit.data.trace import Trace
 from cotcredit.errors import UserError
 from cotcredit.lm import Scorer
 from cotcredit.lm.encoding import EXIT_PLAIN, ForcingOptions, answer_forcing, encode_parts
-from cotcredit.methods.base import TraceContext
+from cotcredit.methods import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions
 from cotcredit.methods.rredcot import run as rredcot_run
 from cotcredit.segmentation import SegmentOptions, segment_encoded

@@ -218,13 +218,9 @@ def test_keys_and_seeds():
     assert k[0] != k[2] and k[0].split("#")[0] == k[2].split("#")[0]
 
 
-def test_get_generator_reuses_one_per_run_and_backend(scorer):
-    from cotcredit.run_cache import RunCache
-
-    run = RunCache()
-    assert get_generator(scorer, "hf", cache=run) is get_generator(scorer, "hf", cache=run)
-    assert run.of_kind("generator") == [get_generator(scorer, "hf", cache=run)]
-    assert get_generator(scorer, "hf") is not get_generator(scorer, "hf")  # no run: a new one
+def test_get_generator_makes_a_new_one_per_call(scorer):
+    """(A method gets the run's one, reused: tests/methods/test_method_contract.py.)"""
+    assert get_generator(scorer, "hf") is not get_generator(scorer, "hf")
     with pytest.raises(UserError):
         get_generator(scorer, "nope")
 

@@ -21,8 +21,8 @@ from cotcredit.data.trace import Trace
 from cotcredit.errors import UserError
 from cotcredit.lm import Scorer
 from cotcredit.lm.encoding import ForcingOptions, answer_forcing
+from cotcredit.methods import TraceContext
 from cotcredit.methods.attribution import ValueFunction
-from cotcredit.methods.base import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions, build_probes, estimate
 from cotcredit.segmentation import SegmentOptions, segment_encoded
 

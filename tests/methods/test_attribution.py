@@ -12,13 +12,13 @@ import torch
 
 from cotcredit.data.trace import Trace
 from cotcredit.lm.encoding import ForcingOptions, answer_forcing
+from cotcredit.methods import TraceContext
 from cotcredit.methods.attribution import (
     EmbeddingTarget,
     TargetOptions,
     ValueFunction,
     value_function,
 )
-from cotcredit.methods.base import TraceContext
 from cotcredit.segmentation import SegmentOptions, segment_encoded
 
 RESPONSE = (

@@ -9,7 +9,7 @@ import pytest
 
 from cotcredit.data import grading
 from cotcredit.errors import UserError
-from cotcredit.lm.generation import Completion
+from cotcredit.lm.generation import Completion, GenerationStats
 from cotcredit.methods import mc
 from cotcredit.methods.mc import McOptions, Rollout, boundary_value, interpolate, scored_boundaries
 from cotcredit.pipeline.run import run_analysis
@@ -107,6 +107,7 @@ class FakeGenerator:
 
     def __init__(self):
         self.calls = []
+        self.stats = GenerationStats()  # (the run reads its generators' counts)
 
     def generate(self, prompts, options, keys=None, progress=None):
         self.calls.append((len(prompts), options.n, list(keys)))
@@ -121,7 +122,7 @@ class FakeGenerator:
 
 def test_truncation_policies_with_known_rollouts(scorer, traces_file, monkeypatch):
     fake = FakeGenerator()
-    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None, cache=None: fake)
+    monkeypatch.setattr("cotcredit.methods.get_generator", lambda scorer, backend, engine_args=None: fake)
     monkeypatch.setattr(grading, "grade_completion",
                         lambda text, ref, **kw: grading.GradeResult(None, text.endswith("yes")))
     for policy in ("wrong", "drop"):
@@ -272,6 +273,7 @@ class SameTextGenerator:
 
     def __init__(self, text):
         self.text = text
+        self.stats = GenerationStats()
 
     def generate(self, prompts, options, keys=None, progress=None):
         return [[Completion([1] * 2, self.text, "stop") for _ in range(options.n)] for _ in keys]
@@ -298,7 +300,7 @@ def early_box_file(tmp_path):
     ("So the answer is \\boxed{13}.", 0.0),
 ])
 def test_rollouts_are_graded_on_what_they_state(scorer, early_box_file, monkeypatch, rollout, value):
-    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None, cache=None: SameTextGenerator(rollout))
+    monkeypatch.setattr("cotcredit.methods.get_generator", lambda scorer, backend, engine_args=None: SameTextGenerator(rollout))
     df = run_mc(scorer, early_box_file, rollouts=2, segments=4)
     assert len(df) >= 3 and df["text"].iloc[0].startswith("First guess")  # the box is in segment 1
     assert (df["value_before"] == value).all() and (df["value_after"] == value).all()
@@ -312,7 +314,7 @@ def test_the_grader_gets_each_state_s_reasoning_as_prefix(scorer, early_box_file
         seen.append((prefix, text))
         return grading.GradeResult(None, False)
 
-    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None, cache=None: SameTextGenerator("x"))
+    monkeypatch.setattr("cotcredit.methods.get_generator", lambda scorer, backend, engine_args=None: SameTextGenerator("x"))
     monkeypatch.setattr(grading, "grade_completion", record)
     df = run_mc(scorer, early_box_file, rollouts=2, segments=4)
     response = EARLY_BOX["response"]
@@ -335,7 +337,7 @@ def half_value(b, parity, n, policy):
 
 @pytest.mark.parametrize("policy", ["wrong", "drop"])
 def test_split_halves_are_the_even_and_odd_samples(scorer, traces_file, monkeypatch, policy):
-    monkeypatch.setattr(mc, "get_generator", lambda scorer, backend, engine_args=None, cache=None: FakeGenerator())
+    monkeypatch.setattr("cotcredit.methods.get_generator", lambda scorer, backend, engine_args=None: FakeGenerator())
     monkeypatch.setattr(grading, "grade_completion",
                         lambda text, ref, **kw: grading.GradeResult(None, text.endswith("yes")))
     df = run_mc(scorer, traces_file, rollouts=6, truncated=policy, segments=4)
@@ -374,8 +376,8 @@ def test_cost_columns_count_what_a_run_of_each_method_alone_pays(scorer, traces_
     """Forward-only methods pay the shared trace pass plus their probes; Monte Carlo pays the
     prefill of its rollouts' prompts and its samples, and not the trace pass it never reads."""
     from cotcredit.data.traces import iter_traces
+    from cotcredit.methods import RunCache
     from cotcredit.methods.rredcot import RredcotOptions
-    from cotcredit.run_cache import RunCache
 
     run = RunCache()  # holds the run's generator, whose counts are read below
     s = run_analysis(traces_file, scorer, segment_options=SegmentOptions(segments=3),

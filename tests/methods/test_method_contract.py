@@ -136,3 +136,22 @@ def test_a_value_method_s_credits_are_differences_of_its_values(runs, name):
                 credit[0] - delta[0])
             change = trace[after].iloc[-1] - trace[before].iloc[0]
             assert math.fsum(credit) == pytest.approx(change + ends, abs=1e-9)
+
+
+def test_a_context_gives_the_run_s_forcing_and_generator_built_once(scorer):
+    """What a run builds once is in its `RunCache`: every trace's context of one run gets the
+    same answer forcing and generator (so a generator's token counts are the run's), another
+    run new ones."""
+    from cotcredit.lm.encoding import ForcingOptions
+    from cotcredit.methods import RunCache, TraceContext
+
+    run = RunCache()
+    first, second = (TraceContext(scorer, None, None, None, cache=run) for _ in range(2))
+    assert first.forcing(ForcingOptions()) is second.forcing(ForcingOptions())
+    assert first.forcing(ForcingOptions()) is not first.forcing(ForcingOptions(exit_string="A:"))
+    assert first.generator("hf") is second.generator("hf")
+    assert run.of_kind("generator") == [first.generator("hf")]
+    other = TraceContext(scorer, None, None, None)  # another run
+    assert other.generator("hf") is not first.generator("hf")
+    with pytest.raises(UserError):
+        first.generator("nope")

@@ -9,7 +9,7 @@ from cotcredit.data.trace import Trace
 from cotcredit.errors import UserError
 from cotcredit.lm import Scorer
 from cotcredit.lm.encoding import EXIT_PLAIN, EXIT_THINK, ForcingOptions, answer_forcing
-from cotcredit.methods.base import TraceContext
+from cotcredit.methods import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions, redistribute_rewards
 from cotcredit.pipeline.run import run_analysis
 from cotcredit.segmentation import SegmentOptions, segment_encoded

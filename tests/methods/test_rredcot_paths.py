@@ -16,7 +16,7 @@ from cotcredit.data.traces import iter_traces
 from cotcredit.errors import UserError
 from cotcredit.lm.encoding import ForcingOptions, answer_forcing, connector_after
 from cotcredit.lm.passes import ContinuationScore
-from cotcredit.methods.base import TraceContext
+from cotcredit.methods import TraceContext
 from cotcredit.methods.rredcot import (
     RredcotOptions,
     RredcotProbes,

@@ -437,9 +437,9 @@ def test_cost_columns_account_for_every_model_token(scorer, traces_file, tmp_pat
     the scorer ran (each method's column includes the shared pass: what it would cost alone);
     Monte Carlo's forward tokens are its rollouts' prompts, its generated tokens the generator's;
     seconds only in a timed run."""
+    from cotcredit.methods import RunCache
     from cotcredit.methods.mc import McOptions
     from cotcredit.pipeline.run import run_analysis
-    from cotcredit.run_cache import RunCache
 
     outs = {n: tmp_path / f"{n}.parquet" for n in ("segments", "rredcot", "loo", "mc")}
     methods = {"rredcot": None, "loo": None, "mc": McOptions(rollouts=2, max_new_tokens=4)}

@@ -11,7 +11,7 @@ import torch
 
 import cotcredit
 from cotcredit.lm import Scorer
-from cotcredit.methods.base import TraceContext
+from cotcredit.methods import TraceContext
 from cotcredit.methods.rredcot import RredcotOptions, estimate, redistribute_rewards
 from cotcredit.segmentation import SegmentOptions, segment_encoded
 from cotcredit.training.online import CompletionError, OnlineRredcot, unwrap

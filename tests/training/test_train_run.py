@@ -19,7 +19,7 @@ from conftest import run_cli
 from cotcredit.data.trace import Trace
 from cotcredit.lm import ModelOptions, Scorer  # noqa: E402
 from cotcredit.lm.encoding import token_offsets
-from cotcredit.methods.base import TraceContext  # noqa: E402
+from cotcredit.methods import TraceContext  # noqa: E402
 from cotcredit.methods.rredcot import RredcotOptions, estimate, redistribute_rewards  # noqa: E402
 from cotcredit.segmentation import segment_encoded  # noqa: E402
 from cotcredit.training.config import load_config  # noqa: E402

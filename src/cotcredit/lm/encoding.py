@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 
 from cotcredit.data.trace import THINK_CLOSE, THINK_OPEN, Trace, reasoning_end
 from cotcredit.errors import UserError
-from cotcredit.run_cache import RunCache
 
 _REPLACEMENT = "\ufffd"  # what decoding shows for an incomplete UTF-8 character
 # Text put before a probe so it is tokenized as a continuation, not as the start of a text
@@ -452,12 +451,9 @@ def _answer(answer: str, where: str) -> str:
     return answer
 
 
-def answer_forcing(scorer, options: ForcingOptions, cache: RunCache | None = None) -> Forcing:
-    """The `Forcing` for this model and these options: built once per run with the run's
-    `cache`, afresh without one."""
-    if cache is not None:
-        return cache.get("forcing", (id(scorer.tokenizer), options),
-                         lambda: answer_forcing(scorer, options))
+def answer_forcing(scorer, options: ForcingOptions) -> Forcing:
+    """The `Forcing` for this model and these options (a method gets the run's, built once:
+    `TraceContext.forcing`)."""
     exit_string = (
         options.exit_string
         if options.exit_string is not None

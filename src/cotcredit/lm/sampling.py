@@ -1,10 +1,10 @@
 """Sampling completions: the one generation interface of cotcredit.
 
 Monte Carlo rollouts (`methods/mc.py`), `cotcredit generate` and anything else that samples text
-call `get_generator(scorer, backend, cache=run_cache).generate(prompts, options, keys)`:
-prompts are token-id lists (already rendered, e.g. prompt + a prefix of the reasoning), and the
-answer is, per prompt, `options.n` `Completion`s (generated ids, their text, why generation
-stopped).
+call `get_generator(scorer, backend).generate(prompts, options, keys)` (a method the run's one,
+`ctx.generator(backend)`): prompts are token-id lists (already rendered, e.g. prompt + a prefix
+of the reasoning), and the answer is, per prompt, `options.n` `Completion`s (generated ids,
+their text, why generation stopped).
 
 Backends
 - `hf` (default; CPU and GPU): the scorer's own model (no second copy), decoding many prompts x
@@ -62,7 +62,6 @@ from cotcredit.lm.generation import (
     stop_token_ids,
 )
 from cotcredit.lm.vllm_sampling import VLLMGenerator
-from cotcredit.run_cache import RunCache
 
 _CPU_MAX_BATCH = 32  # slots on CPU (throughput flattens beyond; see benchmarks)
 _GPU_MAX_BATCH = 512
@@ -329,16 +328,12 @@ class HFGenerator:
                     progress(ended * (options.n if greedy else 1))
 
 
-def get_generator(scorer, backend: str = "hf", engine_args: dict | None = None,
-                  cache: RunCache | None = None) -> Generator:
-    """The generator of `backend` for the scorer's model: one per run with the run's `cache`
-    (its token counts are the run's), a new one without. `engine_args` go to `vllm.LLM`
-    unchanged (tensor/data parallel, memory settings...)."""
+def get_generator(scorer, backend: str = "hf", engine_args: dict | None = None) -> Generator:
+    """A new generator of `backend` for the scorer's model (a method gets the run's, whose token
+    counts are the run's: `TraceContext.generator`). `engine_args` go to `vllm.LLM` unchanged
+    (tensor/data parallel, memory settings...)."""
     if backend not in BACKENDS:
         raise UserError(f"--backend must be one of {', '.join(BACKENDS)}, got '{backend}'")
-    if cache is not None:
-        return cache.get("generator", (id(scorer.model), backend),
-                         lambda: get_generator(scorer, backend, engine_args))
     if backend == "hf":
         return HFGenerator(scorer.model, scorer.tokenizer)
     path = getattr(scorer.model.config, "_name_or_path", "") or ""

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
-from cotcredit.lm.encoding import ForcingOptions, answer_forcing, resolved
+from cotcredit.lm.encoding import ForcingOptions, resolved
 from cotcredit.lm.passes import Continuation
-from cotcredit.methods.base import MethodCommand, TraceContext
+from cotcredit.methods import MethodCommand, TraceContext
 from cotcredit.options import check_choices, option
 
 if TYPE_CHECKING:  # numpy and torch load with the model (keeps `--help` fast)
@@ -134,7 +134,7 @@ class ValueFunction:
         self.ctx = ctx
         self.options = (options or TargetOptions()).validate()
         self.scorer: Scorer = ctx.scorer
-        forcing = answer_forcing(ctx.scorer, self.options.forcing, ctx.cache)
+        forcing = ctx.forcing(self.options.forcing)
         probe = forcing.answer_probe(ctx.trace.answer, ctx.trace.where)
         enc = ctx.encoded
         self.prompt_ids = list(enc.prompt_ids)
@@ -256,7 +256,7 @@ class EmbeddingTarget:
     def __init__(self, ctx: TraceContext, options: TargetOptions | None = None):
         options = (options or TargetOptions()).validate()
         self.scorer = scorer = ctx.scorer
-        forcing = answer_forcing(scorer, options.forcing, ctx.cache)
+        forcing = ctx.forcing(options.forcing)
         probe = forcing.answer_probe(ctx.trace.answer, ctx.trace.where)
         enc = ctx.encoded
         self.prompt = scorer.embed(list(enc.prompt_ids))

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
 from cotcredit.extras import require
+from cotcredit.methods import MethodRows, MethodSpec, TraceContext
 from cotcredit.methods.attribution import (
     ATTRIBUTE,
     EmbeddingTarget,
     TargetOptions,
     resolve_target,
 )
-from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import option
 
 if TYPE_CHECKING:  # torch loads with the model (keeps `--help` fast)

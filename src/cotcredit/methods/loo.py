@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cotcredit.methods import MethodRows, MethodSpec, TraceContext
 from cotcredit.methods.attribution import ATTRIBUTE, TargetOptions, resolve_target, value_function
-from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import option
 
 

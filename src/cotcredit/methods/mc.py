@@ -66,8 +66,7 @@ from cotcredit.data import grading
 from cotcredit.errors import UserError
 from cotcredit.lm.encoding import ForcingOptions, resolved
 from cotcredit.lm.generation import Completion, SamplingSettings
-from cotcredit.lm.sampling import get_generator
-from cotcredit.methods.base import MethodCommand, MethodRows, MethodSpec, TraceContext
+from cotcredit.methods import MethodCommand, MethodRows, MethodSpec, TraceContext
 from cotcredit.methods.mc_adaptive import DECISIONS, FIRST_ROUNDS, adaptive_draws, generate_calls
 from cotcredit.methods.mc_horizon import cut_by_horizon, forced_values, generation_limits
 from cotcredit.methods.mc_prior import (
@@ -284,7 +283,7 @@ def sample_rollouts(ctx: TraceContext, options: McOptions,
     (one call in the fixed mode)."""
     enc, trace = ctx.encoded, ctx.trace
     bounds = ctx.segmentation.boundaries
-    gen = get_generator(ctx.scorer, options.backend, options.engine_args(), cache=ctx.cache)
+    gen = ctx.generator(options.backend, options.engine_args())
     max_new, stop_lines = generation_limits(options.horizon, options.horizon_lines,
                                             options.max_new_tokens)
     rollouts, cut = [], []

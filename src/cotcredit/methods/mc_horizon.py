@@ -24,13 +24,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from cotcredit.lm.encoding import answer_forcing
 from cotcredit.lm.passes import Continuation
 
 if TYPE_CHECKING:
     from cotcredit.lm.encoding import ForcingOptions
     from cotcredit.lm.generation import Completion
-    from cotcredit.methods.base import TraceContext
+    from cotcredit.methods import TraceContext
 
 
 def generation_limits(horizon: int | None, horizon_lines: int | None, max_new_tokens: int
@@ -53,7 +52,7 @@ def forced_values(ctx: TraceContext, forcing: ForcingOptions,
     """p(Y* | s_k ⊕ c ⊕ E) of each cut rollout (boundary token b_k, its token ids, its text);
     identical rollouts from one state are scored once."""
     trace = ctx.trace
-    run = answer_forcing(ctx.scorer, forcing, ctx.cache)
+    run = ctx.forcing(forcing)
     lead_free = run.exit_string[:1].isspace()
     terminators = run.terminators or None
     index: dict[tuple[int, tuple[int, ...]], int] = {}

@@ -26,7 +26,7 @@ from cotcredit.data.trace import first_departure
 
 if TYPE_CHECKING:
     from cotcredit.lm.encoding import ForcingOptions
-    from cotcredit.methods.base import TraceContext
+    from cotcredit.methods import TraceContext
 
 #: The priors `--prior` knows ("none": the search asks for the middle boundary).
 PRIORS = ("none", "rhat", "rredcot", "entropy", "paths")

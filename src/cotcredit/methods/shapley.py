@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
 from cotcredit.extras import require
+from cotcredit.methods import MethodRows, MethodSpec, TraceContext
 from cotcredit.methods.attribution import (
     ATTRIBUTE,
     TargetOptions,
@@ -24,7 +25,6 @@ from cotcredit.methods.attribution import (
     resolve_target,
     value_function,
 )
-from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
 from cotcredit.options import check_choices, option
 
 if TYPE_CHECKING:  # numpy and torch load with the model (keeps `--help` fast)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from cotcredit.data.trace import problem_key
 from cotcredit.errors import UserError
-from cotcredit.methods.base import MethodRows, MethodSpec, TraceContext
+from cotcredit.methods import MethodRows, MethodSpec, TraceContext
 from cotcredit.methods.value_head_fit import FittedHead, boundary_features, load_head
 from cotcredit.options import option
 

@@ -21,8 +21,7 @@ from cotcredit import distributed
 from cotcredit.data.trace import FieldNames, Trace, TraceError
 from cotcredit.errors import UserError
 from cotcredit.lm.loading import ModelOptions, model_location
-from cotcredit.methods import TraceContext, get_method, registry
-from cotcredit.methods.base import reference_room
+from cotcredit.methods import RunCache, TraceContext, get_method, reference_room, registry
 from cotcredit.pipeline.inputs import (
     InputOptions,
     check_inputs,
@@ -32,7 +31,6 @@ from cotcredit.pipeline.inputs import (
     stream_traces,
 )
 from cotcredit.pipeline.summary import SEGMENTS, RunSummary
-from cotcredit.run_cache import RunCache
 from cotcredit.segmentation import (
     SegmentOptions,
     segment_encoded,

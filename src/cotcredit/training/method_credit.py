@@ -26,7 +26,7 @@ from typing import Any
 
 from cotcredit.errors import UserError
 from cotcredit.lm import ModelOptions
-from cotcredit.run_cache import RunCache
+from cotcredit.methods import RunCache
 from cotcredit.training.scoring import OneAtATime, PolicyScorer, prompt_text
 
 
@@ -90,7 +90,7 @@ class MethodCredit(OneAtATime, PolicyScorer):
 
     def _one(self, scorer, i: int, p_ids: Sequence[int], c_ids: Sequence[int], example: dict):
         from cotcredit.data.trace import Trace
-        from cotcredit.methods.base import TraceContext
+        from cotcredit.methods import TraceContext
         from cotcredit.segmentation import segment_encoded
 
         answer = example.get("answer")

@@ -52,7 +52,7 @@ from cotcredit.errors import UserError
 from cotcredit.lm import ModelOptions, Scorer, TracePass
 from cotcredit.lm.backoff import BatchSize, run_batched
 from cotcredit.lm.encoding import EncodedTrace
-from cotcredit.methods.base import TraceContext
+from cotcredit.methods import RunCache, TraceContext
 from cotcredit.methods.rredcot import (
     BoundaryEstimates,
     RredcotOptions,
@@ -64,7 +64,6 @@ from cotcredit.methods.rredcot import (
     terminal_value,
 )
 from cotcredit.methods.rredcot import reserve as rredcot_reserve
-from cotcredit.run_cache import RunCache
 from cotcredit.segmentation import Segmentation, SegmentOptions, segment_encoded
 from cotcredit.training.advantages import batch_token_advantages as token_advantages
 

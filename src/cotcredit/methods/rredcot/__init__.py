@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from cotcredit.data.trace import Trace, trace_outcome
 from cotcredit.errors import UserError
 from cotcredit.lm.encoding import ForcingOptions, resolved
-from cotcredit.methods.base import (
+from cotcredit.methods import (
     MethodCommand,
     MethodRows,
     MethodSpec,

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cotcredit.errors import UserError
-from cotcredit.lm.encoding import answer_forcing, connector_after
+from cotcredit.lm.encoding import connector_after
 from cotcredit.lm.passes import Continuation
-from cotcredit.methods.base import TraceContext
+from cotcredit.methods import TraceContext
 from cotcredit.methods.rredcot.paths import (
     distinct_references,
     known_paths,
@@ -47,7 +47,7 @@ def build_probes(ctx: TraceContext, options: RredcotOptions,
     `ctx.references`, else the trace's listed solutions. Needs no forward pass, so the probes
     of many traces can be scored together."""
     trace = ctx.trace
-    forcing = answer_forcing(ctx.scorer, options.forcing, ctx.cache)
+    forcing = ctx.forcing(options.forcing)
     refs: list[list[str]] = []
     if wants_vhat(options):
         if references is not None:
