@@ -31,7 +31,7 @@ LINES = [
     "Actually, let me verify once more by adding item by item: step {i} gives {v}.",
     "Alternatively, 4 * 3 + 5 * 2 = 22, which matches.",
 ]
-# Other valid paths to the answer: v̂ over several references (`rredcot_paths`).
+# Other valid paths to the answer: v̂ over several references (`methods/rredcot/probes.py`).
 OTHER_SOLUTIONS = [
     "5 oranges cost 5 * 2 = 10 dollars.\n4 apples cost 4 * 3 = 12 dollars.\n"
     "Together they cost 10 + 12 = 22 dollars.",

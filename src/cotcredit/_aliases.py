@@ -45,7 +45,9 @@ ALIASES: dict[str, str] = {
     # RREDCoT is a package (the method and its estimate, then its probes and known paths)
     "cotcredit.run_cache": "cotcredit.methods",
     "cotcredit.methods.base": "cotcredit.methods",
-    "cotcredit.methods.rredcot_paths": "cotcredit.methods.rredcot.paths",
+    "cotcredit.methods.rredcot_paths": "cotcredit.methods.rredcot.probes",
+    "cotcredit.methods.rredcot.paths": "cotcredit.methods.rredcot.probes",
+    "cotcredit.methods.rredcot.rewards": "cotcredit.methods.rredcot",
     # pipeline: the one analysis path and the API of the commands
     "cotcredit.api": "cotcredit.pipeline.api",
     "cotcredit.exports": "cotcredit.pipeline.export",

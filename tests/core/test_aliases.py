@@ -34,6 +34,8 @@ OLD_NAMES = {
     "cotcredit.run_cache": "RunCache",
     "cotcredit.methods.base": "TraceContext",
     "cotcredit.methods.rredcot_paths": "paths_after",
+    "cotcredit.methods.rredcot.paths": "known_paths",
+    "cotcredit.methods.rredcot.rewards": "redistribute_rewards",
     "cotcredit.api": "redistribute",
     "cotcredit.exports": "export_scores",
     "cotcredit.report.scores": "load_scores",

@@ -328,7 +328,7 @@ def test_the_rredcot_prior_follows_the_siblings_in_the_input(scorer, tmp_path, m
 
     from cotcredit.methods import mc
     from cotcredit.methods.rredcot import RredcotOptions
-    from cotcredit.methods.rredcot.paths import NO_SIBLINGS_NOTE
+    from cotcredit.methods.rredcot.probes import NO_SIBLINGS_NOTE
 
     base = {"prompt": "What do 3 apples cost at 4 each?", "answer": "12", "problem_id": "p1"}
     lines = ["Apples cost 4 each.\nSo 3 apples cost 12.\nThe answer is 12.",

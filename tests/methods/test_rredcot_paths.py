@@ -27,7 +27,7 @@ from cotcredit.methods.rredcot import (
     terminal_value,
     trace_references,
 )
-from cotcredit.methods.rredcot.paths import (
+from cotcredit.methods.rredcot.probes import (
     NO_SIBLINGS_NOTE,
     distinct_references,
     parts_after,

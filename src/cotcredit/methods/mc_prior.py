@@ -68,7 +68,7 @@ def paths_credits(trace, spans: list[tuple[int, int]]) -> list[float] | None:
     """−1 on the segment (character span of the response) holding the point where the reasoning
     leaves the last of the trace's known paths, 0 elsewhere; None without a listed path or when
     it follows one throughout."""
-    from cotcredit.methods.rredcot.paths import listed_solutions
+    from cotcredit.methods.rredcot.probes import listed_solutions
 
     paths = [p for p in dict.fromkeys([trace.solution or "", *listed_solutions(trace)]) if p]
     if not paths:
