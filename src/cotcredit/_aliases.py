@@ -58,7 +58,10 @@ ALIASES: dict[str, str] = {
     "cotcredit.online": "cotcredit.training.online",
     "cotcredit.integrations": "cotcredit.training",  # cotcredit.integrations.verl: training.verl
     # cli
-    "cotcredit.cli_params": "cotcredit.cli.params",
+    "cotcredit.cli_params": "cotcredit.options",
+    "cotcredit.cli.params": "cotcredit.options",
+    "cotcredit.cli.methods": "cotcredit.cli.commands",
+    "cotcredit.cli.output": "cotcredit.cli.commands",
     # bench: the model organism (task, checker, model, train) of the benchmark's regimes
     "cotcredit.organism": "cotcredit.bench.organism",
 }

@@ -175,10 +175,10 @@ def test_cli_defaults_and_help_are_the_dataclasses():
 
     from cotcredit.bench.run import BenchOptions
     from cotcredit.cli import app
-    from cotcredit.cli.params import params_of
     from cotcredit.data.problems import ProblemInputOptions
     from cotcredit.lm import ModelOptions
     from cotcredit.methods import registry
+    from cotcredit.options import params_of
     from cotcredit.pipeline.export import ExportOptions
     from cotcredit.pipeline.generate import GenerateOptions
     from cotcredit.pipeline.inputs import InputOptions
@@ -222,10 +222,10 @@ def test_help_shows_the_choices_of_every_option_that_has_them(capsys):
 
     from cotcredit.bench.run import BenchOptions
     from cotcredit.cli import app
-    from cotcredit.cli.params import params_of
     from cotcredit.data.problems import ProblemInputOptions
     from cotcredit.lm import ModelOptions
     from cotcredit.methods import registry
+    from cotcredit.options import params_of
     from cotcredit.pipeline.export import ExportOptions
     from cotcredit.pipeline.generate import GenerateOptions
     from cotcredit.pipeline.inputs import InputOptions

@@ -43,6 +43,9 @@ OLD_NAMES = {
     "cotcredit.online": "OnlineRredcot",
     "cotcredit.integrations": None,  # a package: its submodule verl, tested below
     "cotcredit.cli_params": "with_options",
+    "cotcredit.cli.params": "params_of",
+    "cotcredit.cli.methods": "command_function",
+    "cotcredit.cli.output": "report_run",
 }
 
 

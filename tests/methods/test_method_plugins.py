@@ -128,7 +128,7 @@ def test_the_plugin_is_registered_after_the_built_in_methods(plugin):
 def test_the_plugin_gets_a_command(plugin, tiny_model_dir, traces_file, tmp_path):
     import typer
 
-    from cotcredit.cli.methods import add_method_commands
+    from cotcredit.cli.commands import add_method_commands
 
     app = typer.Typer()
     add_method_commands(app)
@@ -167,7 +167,7 @@ def test_a_plugin_whose_options_clash_is_left_out_with_a_warning(plugin, monkeyp
 
     import typer
 
-    from cotcredit.cli.methods import add_method_commands
+    from cotcredit.cli.commands import add_method_commands
     from cotcredit.options import option
 
     @dataclasses.dataclass(frozen=True)

@@ -290,7 +290,7 @@ def test_summary_table_printed_to_a_pipe_is_not_cut(tmp_path, monkeypatch, capsy
     assert "Spearman [95% CI]" in header and "top-1 [95% CI]" in header and len(header) > 80
     # COLUMNS, when a user sets it, is still obeyed.
     monkeypatch.setenv("COLUMNS", "60")
-    from cotcredit.cli import output as cli
+    from cotcredit.cli import commands as cli
 
     monkeypatch.setattr(cli.out, "_width", None)
     code, stdout, _ = run(["compare", "--dir", tmp_path, "--methods", "rredcot,mc", "--bootstrap",

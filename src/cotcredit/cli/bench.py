@@ -11,11 +11,11 @@ import typer
 from rich.table import Table
 
 from cotcredit.bench.run import BenchOptions
-from cotcredit.cli.output import Quiet, err, out
-from cotcredit.cli.params import with_options
+from cotcredit.cli.commands import Quiet, err, out
 from cotcredit.data.trace import FieldOptions
 from cotcredit.errors import UserError
 from cotcredit.lm.loading import ModelOptions
+from cotcredit.options import with_options
 
 HELP = """Benchmark credit methods on regimes whose first wrong step is known.
 

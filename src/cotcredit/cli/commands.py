@@ -1,49 +1,232 @@
 """The `cotcredit` command line: parse options, call the Python API of the same name, print.
 
-Every option comes from an options dataclass (`params.with_options`); the method commands are
-made from the method specs (`methods`). A user's mistake prints one line `error: file:line:
-reason` and exits with status 2; finished traces are on disk whenever a run stops.
+Every option comes from an options dataclass (`options.with_options`); the method commands are
+made from the method specs (`command_function`: each `MethodCommand` becomes `cotcredit NAME
+TRACES -o OUTPUT` with the parameters every analysis command takes and its methods' options,
+`--label` for a command of one method, `--method` for a shared one). Tables go to standard
+output (`out`), messages and summaries to standard error (`err`), one line per message even
+when piped. A user's mistake prints one line `error: file:line: reason` and exits with status
+2; finished traces are on disk whenever a run stops. (`cotcredit bench` is added by
+`cotcredit.cli`.)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import sys
+import warnings
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
-from cotcredit.cli.bench import add_bench_command
-from cotcredit.cli.methods import add_method_commands
-from cotcredit.cli.output import (
-    Overwrite,
-    Quiet,
-    SegmentsFile,
-    Timings,
-    Traces,
-    err,
-    fit_consoles,
-    out,
-    output_option,
-    report_run,
-    report_skipped,
-    show_option,
-    show_trace,
-)
-from cotcredit.cli.params import with_options
 from cotcredit.data.problems import ProblemInputOptions
 from cotcredit.data.trace import FieldOptions
 from cotcredit.errors import UserError
 from cotcredit.lm.loading import ModelOptions
-from cotcredit.options import check_choices
+from cotcredit.methods import MethodCommand, MethodSpec, method_commands
+from cotcredit.options import check_choices, comma_list, with_options
 from cotcredit.pipeline.export import ExportOptions
 from cotcredit.pipeline.generate import GenerateOptions
 from cotcredit.pipeline.inputs import InputOptions
-from cotcredit.pipeline.run import SEGMENTS
+from cotcredit.pipeline.run import SEGMENTS, score
 from cotcredit.report.compare import ReportOptions, Shortcuts
 from cotcredit.segmentation import SegmentOptions
+
+# ---- what the command line prints, and what every analysis command takes ---------------------
+out = Console()
+err = Console(stderr=True, soft_wrap=True)  # messages stay one line when piped
+# Columns a table may take when printed to a file or pipe: there is no screen to fit, and rich's
+# default of 80 would cut cells ("Spearm…"); tables still take only their natural width.
+PIPED_WIDTH = 1000
+
+
+def fit_consoles() -> None:
+    """Let tables printed to a non-terminal take their natural width (COLUMNS still wins)."""
+    import os
+
+    for console in (out, err):
+        if not console.is_terminal and not os.environ.get("COLUMNS"):
+            console.width = PIPED_WIDTH
+
+
+# What every analysis command takes besides its options classes.
+Traces = Annotated[Path, typer.Argument(
+    help="Traces: JSONL (.jsonl, .jsonl.gz), JSON list, Parquet file or folder, a datasets "
+    "folder (save_to_disk), or a Hugging Face dataset id (with --split/--subset).")]
+SegmentsFile = Annotated[
+    Path | None,
+    typer.Option(help="Reuse a segmentation written by `cotcredit segment` instead of segmenting."),
+]
+Overwrite = Annotated[bool, typer.Option(help="Replace an existing output instead of resuming it.")]
+Timings = Annotated[
+    bool, typer.Option(help="Add cost_seconds (wall seconds per trace and method) to the tables.")
+]
+Label = Annotated[
+    str | None,
+    typer.Option(help="Method label of the rows (e.g. rredcot-rhat, to compare a variant)."),
+]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or summary.")]
+
+
+def output_option(what: str = "Parquet table to write (resumed if it exists).") -> type:
+    """The `-o/--output` parameter (its default is the command function's)."""
+    return Annotated[Path, typer.Option("-o", "--output", help=what)]
+
+
+def show_option(what: str) -> type:
+    """The `--show` parameter: print one trace's `what` after the run."""
+    return Annotated[
+        str | None, typer.Option("--show", help=f"Print one trace's {what} (trace id, or 'first').")
+    ]
+
+
+def report_skipped(notes: list[str], errors: list[str], what: str, count_rest: bool = True
+                   ) -> None:
+    """Print notes said once and the first 20 skipped inputs (`what`: "trace(s)", ...), with
+    how many more there were when `count_rest`."""
+    for note in notes:
+        err.print(f"note: {note}", markup=False, highlight=False)
+    if errors:
+        err.print(f"skipped {len(errors)} {what}:")
+        for e in errors[:20]:
+            err.print(f"  {e}", markup=False, highlight=False)
+        if count_rest and len(errors) > 20:
+            err.print(f"  ... and {len(errors) - 20} more")
+
+
+def report_run(summary, quiet: bool) -> None:
+    """Print a run's notes, skipped traces and (unless `quiet`) its counts."""
+    if not summary.main:  # launched: the main process reports for every process
+        return
+    report_skipped(summary.notes, summary.errors, "trace(s)")
+    if quiet:
+        return
+    paths = ", ".join(sorted({str(p) for p in summary.outputs.values()}))
+    err.print(
+        f"{len(summary.scored)} trace(s) scored, {len(summary.resumed)} already done, "
+        f"{len(summary.errors)} skipped in {summary.seconds:.1f} s -> {paths}",
+        highlight=False,
+    )
+
+
+def show_trace(summary, labels: list[str], show: str | None, columns: list[str]) -> None:
+    """Print one trace of this run: its segments with `columns` (a label's score when the
+    column is a row label)."""
+    if not show or not summary.main or not summary.scored:
+        return
+    tid = summary.scored[0] if show == "first" else show
+    if tid not in summary.scored:
+        raise UserError(f"--show {tid}: no such trace in this run")
+    merged: dict[int, dict] = {}
+    for label in labels:
+        for r in summary.read_rows(label, trace_id=tid):
+            row = merged.setdefault(r["segment"], dict(r))
+            row[label] = r.get("score")
+    table = Table(title=f"trace {tid}", show_lines=False)
+    table.add_column("#", justify="right")
+    table.add_column("tokens", justify="right")
+    for c in columns:
+        table.add_column(c, justify="right")
+    table.add_column("text", overflow="fold")
+    for seg in sorted(merged):
+        r = merged[seg]
+        cells = [f"{r[c]:.3f}" if isinstance(r.get(c), float) else str(r.get(c, ""))
+                 for c in columns]
+        table.add_row(str(seg), str(r["n_tokens"]), *cells, r["text"].replace("\n", "⏎ ")[:160])
+    out.print(table)
+
+
+# ---- the method commands, made from the method specs -------------------------------------------
+def _keyword(spec: MethodSpec) -> str:
+    """The Python keyword a method's options take in its command function."""
+    return spec.name.replace("-", "_")
+
+
+def _signature(command: MethodCommand, shared: bool) -> inspect.Signature:
+    """The command's own parameters (the options classes' come from `with_options`)."""
+    p = inspect.Parameter
+    params = [
+        p("traces", p.POSITIONAL_OR_KEYWORD, annotation=Traces),
+        p("output", p.POSITIONAL_OR_KEYWORD, default=Path(command.default_output),
+          annotation=output_option()),
+    ]
+    if shared:
+        params.append(p("method", p.POSITIONAL_OR_KEYWORD, default=command.default_methods,
+                        annotation=Annotated[str, typer.Option(
+                            "--method", help=command.method_help)]))
+    params += [
+        p("segments_file", p.POSITIONAL_OR_KEYWORD, default=None,
+          annotation=SegmentsFile),
+        p("show", p.POSITIONAL_OR_KEYWORD, default=None,
+          annotation=show_option(command.show)),
+    ]
+    if not shared:
+        params.append(p("label", p.POSITIONAL_OR_KEYWORD, default=None,
+                          annotation=Label))
+    params += [
+        p("overwrite", p.POSITIONAL_OR_KEYWORD, default=False, annotation=Overwrite),
+        p("timings", p.POSITIONAL_OR_KEYWORD, default=False, annotation=Timings),
+        p("quiet", p.POSITIONAL_OR_KEYWORD, default=False, annotation=Quiet),
+    ]
+    return inspect.Signature(params)
+
+
+def command_function(command: MethodCommand, specs: list[MethodSpec]):
+    """The Typer command function of `command` (not yet registered)."""
+    shared = len(specs) > 1
+
+    def run(*, traces: Path, output: Path, segments_file: Path | None, show: str | None,
+            overwrite: bool, timings: bool, quiet: bool, inputs: InputOptions,
+            model: ModelOptions, segment: SegmentOptions, method: str = "",
+            label: str | None = None, **options: Any) -> None:
+        given = {spec.name: options[_keyword(spec)] for spec in specs}
+        if shared:
+            names = comma_list(method)
+            methods = {name: given.get(name) for name in names}
+        else:
+            methods = given
+        summary = score(
+            traces, output, methods=methods, command=command.name, segment_options=segment,
+            segments_file=segments_file, model=model, inputs=inputs, overwrite=overwrite,
+            progress=not quiet, timings=timings, label=label,
+        )
+        report_run(summary, quiet)
+        if shared:
+            labels = [lab for lab in summary.paths if lab != SEGMENTS]
+            show_trace(summary, labels, show, labels)
+            return
+        spec = specs[0]
+        row_label = label or spec.name
+        if spec.summary is not None and summary.main and summary.scored and not quiet:
+            table = spec.summary(summary, row_label, given[spec.name])
+            if table is not None:
+                err.print(table)
+        show_trace(summary, [row_label], show, list(spec.show))
+
+    run.__name__ = command.name.replace("-", "_")
+    run.__doc__ = command.help
+    run.__signature__ = _signature(command, shared)  # type: ignore[attr-defined]
+    groups = {"inputs": InputOptions, "model": ModelOptions, "segment": SegmentOptions,
+              **{_keyword(spec): spec.options_type for spec in specs}}
+    return with_options(**groups)(run)
+
+
+def add_method_commands(app: typer.Typer) -> None:
+    """Register one command per `MethodCommand` of the registry on `app`. A command whose
+    options clash with the command's own parameters (a method from another package naming
+    an option `output`, say) is left out with a warning: the other commands still work."""
+    for name, (command, specs) in method_commands().items():
+        try:
+            function = command_function(command, specs)
+        except TypeError as e:
+            warnings.warn(f"command {name} left out: {e}", stacklevel=2)
+            continue
+        app.command(name, help=command.help)(function)
+
 
 app = typer.Typer(
     name="cotcredit",
@@ -298,8 +481,6 @@ def train(
     err.print(f"trained to step {result.global_step} in {result.seconds:.0f} s{evaluation}; "
               f"outputs in {result.output_dir}", markup=False, highlight=False)
 
-
-add_bench_command(app)
 
 
 @app.command()
