@@ -60,8 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     from cotcredit.lm import ModelOptions, load_scorer
     from cotcredit.methods import RunCache
     from cotcredit.methods.mc import McOptions
-    from cotcredit.pipeline.inputs import InputOptions
-    from cotcredit.pipeline.run import SEGMENTS, run_analysis
+    from cotcredit.pipeline.run import SEGMENTS, InputOptions, run_analysis
     from cotcredit.segmentation import SegmentOptions
 
     hf_logging.disable_progress_bar()

@@ -50,6 +50,7 @@ ALIASES: dict[str, str] = {
     "cotcredit.methods.rredcot.rewards": "cotcredit.methods.rredcot",
     # pipeline: the one analysis path and the API of the commands
     "cotcredit.api": "cotcredit.pipeline.api",
+    "cotcredit.pipeline.inputs": "cotcredit.pipeline.run",
     "cotcredit.exports": "cotcredit.pipeline.export",
     "cotcredit.report.scores": "cotcredit.pipeline.scores",
     # report

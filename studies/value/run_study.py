@@ -142,8 +142,7 @@ def bench_tables(regime: str, split: str, traces: Path) -> tuple[Path, Path, Pat
 def score_split(regime, split: str, out: Path, scorer, rows: list[str]) -> dict[str, Path]:
     """Segmentation and Monte Carlo (the bench's, or our own), then the variants `rows`."""
     from cotcredit.bench.variants import MethodRun, regime_options
-    from cotcredit.pipeline.inputs import InputOptions
-    from cotcredit.pipeline.run import SEGMENTS, run_analysis
+    from cotcredit.pipeline.run import SEGMENTS, InputOptions, run_analysis
     from cotcredit.segmentation import SegmentOptions
 
     where = out / regime.name / split

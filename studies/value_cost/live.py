@@ -17,8 +17,7 @@ import pandas as pd
 from cotcredit.bench.regimes import get_regime
 from cotcredit.methods.mc import McOptions
 from cotcredit.methods.value_head_fit import HeadSpec, boundary_features, cross_fit
-from cotcredit.pipeline.inputs import InputOptions
-from cotcredit.pipeline.run import run_analysis, with_rendered_prompt
+from cotcredit.pipeline.run import InputOptions, run_analysis, with_rendered_prompt
 
 from .common import OUT, Split, evaluate, mc_values, replay_result
 

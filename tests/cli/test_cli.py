@@ -181,7 +181,7 @@ def test_cli_defaults_and_help_are_the_dataclasses():
     from cotcredit.options import params_of
     from cotcredit.pipeline.export import ExportOptions
     from cotcredit.pipeline.generate import GenerateOptions
-    from cotcredit.pipeline.inputs import InputOptions
+    from cotcredit.pipeline.run import InputOptions
     from cotcredit.report.compare import ReportOptions, Shortcuts
     from cotcredit.segmentation import SegmentOptions
 
@@ -228,7 +228,7 @@ def test_help_shows_the_choices_of_every_option_that_has_them(capsys):
     from cotcredit.options import params_of
     from cotcredit.pipeline.export import ExportOptions
     from cotcredit.pipeline.generate import GenerateOptions
-    from cotcredit.pipeline.inputs import InputOptions
+    from cotcredit.pipeline.run import InputOptions
     from cotcredit.report.compare import ReportOptions
     from cotcredit.segmentation import SegmentOptions
 

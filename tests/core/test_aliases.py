@@ -37,6 +37,7 @@ OLD_NAMES = {
     "cotcredit.methods.rredcot.paths": "known_paths",
     "cotcredit.methods.rredcot.rewards": "redistribute_rewards",
     "cotcredit.api": "redistribute",
+    "cotcredit.pipeline.inputs": "check_inputs",
     "cotcredit.exports": "export_scores",
     "cotcredit.report.scores": "load_scores",
     "cotcredit.comparison": "compare",

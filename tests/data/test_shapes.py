@@ -15,8 +15,7 @@ import cotcredit
 from cotcredit.data.trace import TraceError, trace_outcome
 from cotcredit.data.traces import STEP_SEPARATOR, read_traces
 from cotcredit.errors import UserError
-from cotcredit.pipeline.inputs import InputOptions
-from cotcredit.pipeline.run import with_rendered_prompt
+from cotcredit.pipeline.run import InputOptions, with_rendered_prompt
 from cotcredit.segmentation import SegmentOptions
 
 PROBLEM = "What is 3 + 4?"

@@ -34,8 +34,7 @@ from cotcredit.methods.rredcot.probes import (
     paths_after,
     steps_written,
 )
-from cotcredit.pipeline.inputs import InputOptions, SiblingIndex
-from cotcredit.pipeline.run import run_analysis
+from cotcredit.pipeline.run import InputOptions, SiblingIndex, run_analysis
 from cotcredit.segmentation import SegmentOptions, segment_encoded
 
 ANSWER_LINE = ForcingOptions(exit_string="The answer is ")

@@ -401,7 +401,7 @@ def test_tables_of_0_2_are_read_and_resumed(tmp_path):
 
 
 def test_stream_stops_reading_at_max_traces(tmp_path):
-    from cotcredit.pipeline.inputs import InputOptions, load_traces
+    from cotcredit.pipeline.run import InputOptions, load_traces
 
     p = tmp_path / "t.jsonl"
     write_traces(p, 3)

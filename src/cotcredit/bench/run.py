@@ -391,8 +391,7 @@ class _Bench:
 
     def score(self, regime: Any, traces: Path, where: Path, scorer: Any) -> dict[str, Path]:
         """Segmentation, then every method on it; label -> table of each method that ran."""
-        from cotcredit.pipeline.inputs import InputOptions
-        from cotcredit.pipeline.run import SEGMENTS, run_analysis
+        from cotcredit.pipeline.run import SEGMENTS, InputOptions, run_analysis
         from cotcredit.segmentation import SegmentOptions
 
         size, split = self.size(regime), where.name

@@ -31,8 +31,7 @@ from cotcredit.methods import MethodCommand, MethodSpec, method_commands
 from cotcredit.options import check_choices, comma_list, with_options
 from cotcredit.pipeline.export import ExportOptions
 from cotcredit.pipeline.generate import GenerateOptions
-from cotcredit.pipeline.inputs import InputOptions
-from cotcredit.pipeline.run import SEGMENTS, score
+from cotcredit.pipeline.run import SEGMENTS, InputOptions, score
 from cotcredit.report.compare import ReportOptions, Shortcuts
 from cotcredit.segmentation import SegmentOptions
 

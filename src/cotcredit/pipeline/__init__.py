@@ -1,8 +1,8 @@
 """The analysis path and the Python API of the commands. Its modules:
 
-* ``inputs``: which traces a run reads, and every check a run can make before its model loads;
 * ``run``: ``score`` and ``run_analysis``, the one path every analysis takes (traces -> encode
-  -> one forward pass -> segments -> methods -> rows appended per trace to Parquet tables);
+  -> one forward pass -> segments -> methods -> rows appended per trace to Parquet tables):
+  which traces a run reads, and every check a run can make before its model loads;
 * ``summary``: ``RunSummary``, what a run did, and reading its rows back;
 * ``api``: ``segment`` and one function per method command, made from the registry
   (``cotcredit.redistribute``, ...);
@@ -17,14 +17,11 @@ from __future__ import annotations
 from cotcredit._lazy import lazy_index
 
 _WHERE = {
-    **dict.fromkeys((
-        "InputOptions", "parse_shard", "in_shard", "stream_traces", "select", "load_traces",
-        "check_inputs", "SiblingIndex", "sibling_index",
-    ), "cotcredit.pipeline.inputs"),
     "problem_key": "cotcredit.data.trace",
     **dict.fromkeys((
         "score", "scorer_for", "fields_spec", "segment_columns", "run_analysis",
-        "with_rendered_prompt",
+        "with_rendered_prompt", "InputOptions", "parse_shard", "in_shard", "stream_traces",
+        "select", "load_traces", "check_inputs", "SiblingIndex", "sibling_index",
     ), "cotcredit.pipeline.run"),
     **dict.fromkeys(("SEGMENTS", "RunSummary"), "cotcredit.pipeline.summary"),
     **dict.fromkeys(("segment", "command_function", "command_functions"),

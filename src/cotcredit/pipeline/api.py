@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from cotcredit.methods import MethodCommand, MethodSpec, method_commands
 from cotcredit.options import comma_list
-from cotcredit.pipeline.inputs import InputOptions
-from cotcredit.pipeline.run import RunSummary, score, scorer_for
+from cotcredit.pipeline.run import InputOptions, RunSummary, score, scorer_for
 
 if TYPE_CHECKING:
     from cotcredit.pipeline.run import Model, Traces

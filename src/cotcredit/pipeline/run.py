@@ -1,35 +1,41 @@
 """The one path every analysis takes: traces → encode → one forward pass → segments → methods
 → rows appended per trace to Parquet tables.
 
-`score` (every analysis command) checks the inputs before the model loads, then runs
-`run_analysis`. Traces are streamed and each trace's rows are written once it is scored, so
-memory does not grow with the input. Under a launcher each process scores the traces whose id
-hashes to it; the main process compacts the parts and reports.
+`score` (every analysis command) checks the inputs before the model loads (`check_inputs`), then
+runs `run_analysis`. The input (`InputOptions`: keys, slice, limit, bad lines) is streamed in
+input order (`stream_traces`, `select`), with each trace's siblings (`SiblingIndex`), and each
+trace's rows are written once it is scored, so memory does not grow with the input. Under a
+launcher each process scores the traces whose id hashes to it; the main process compacts the
+parts and reports.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import itertools
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, is_dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cotcredit import distributed
-from cotcredit.data.trace import FieldNames, Trace, TraceError
+from cotcredit.data.readers import open_records
+from cotcredit.data.trace import (
+    FieldNames,
+    FieldOptions,
+    Trace,
+    TraceError,
+    problem_key,
+    trace_outcome,
+)
+from cotcredit.data.traces import iter_traces
 from cotcredit.errors import UserError
 from cotcredit.lm.loading import ModelOptions, model_location
 from cotcredit.methods import RunCache, TraceContext, get_method, reference_room, registry
-from cotcredit.pipeline.inputs import (
-    InputOptions,
-    check_inputs,
-    line_count,
-    select,
-    sibling_index,
-    stream_traces,
-)
+from cotcredit.options import check_choices, option
 from cotcredit.pipeline.summary import SEGMENTS, RunSummary
 from cotcredit.segmentation import (
     SegmentOptions,
@@ -37,6 +43,7 @@ from cotcredit.segmentation import (
     segmentation_from_rows,
     step_segmentation,
 )
+from cotcredit.store import io
 from cotcredit.version import __version__
 
 if TYPE_CHECKING:  # the model stack loads with the run (keeps `--help` fast)
@@ -66,10 +73,9 @@ def score(
 
     ``methods``: a name, several, or name -> options (None: defaults), e.g.
     ``{"rredcot": RredcotOptions(value="rhat")}``; none: the segmentation alone. ``label`` (one
-    method): its rows' label, e.g. "rredcot-rhat". ``command``: the methods must be this
-    command's. ``overwrite`` also replaces what a method keeps beside its table (mc's
-    rollouts). ``model``: a name, path, `ModelOptions` or `Scorer` (None: the embedded model);
-    without ``output`` the rows stay in memory (``frame()`` reads them).
+    method): its rows' label. ``command``: the methods must be this command's. ``overwrite``
+    also replaces what a method keeps beside its table (mc's rollouts). ``model``: a name, path,
+    `ModelOptions` or `Scorer` (None: embedded); no ``output``: rows in memory (``frame()``).
     """
     if isinstance(methods, str):
         methods = [methods]
@@ -119,9 +125,162 @@ def scorer_for(model: Model, progress: bool = False) -> Scorer:
         return load_scorer(model)
 
 
+# ---- the input -------------------------------------------------------------------------------
+@dataclass
+class InputOptions(FieldOptions):
+    """Which traces are read (keys, slice, limit) and how bad lines are treated."""
+
+    on_error: str = option(
+        "raise", choices=("raise", "skip"),
+        help="raise: stop at the first bad trace; skip: skip it, report it, go on.",
+    )
+    max_traces: int | None = option(None, help="Process at most this many traces.")
+    shard: str | tuple[int, int] | None = option(
+        None, help="i/n: process only the i-th of n deterministic slices of the traces."
+    )
+
+    def shard_slice(self) -> tuple[int, int] | None:
+        """(i, n) of --shard i/n, or None."""
+        return parse_shard(self.shard) if isinstance(self.shard, str) else self.shard
+
+    def validate(self) -> InputOptions:
+        """Check the options (choices, format, shard, limit); returns self."""
+        check_choices(self)
+        self.names()  # an unknown --format
+        self.shard_slice()
+        if self.max_traces is not None and self.max_traces < 0:
+            raise UserError(f"--max-traces must be 0 or more, got {self.max_traces}")
+        return self
 
 
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """'i/n' -> (i, n) with 0 <= i < n."""
+    if not text:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise UserError(f"--shard must look like i/n (e.g. 0/4), got '{text}'") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise UserError(f"--shard {text}: need 0 <= i < n")
+    return i, n
 
+
+def in_shard(trace_id: str, shard: tuple[int, int] | None) -> bool:
+    """Whether trace `trace_id` belongs to shard (i, n) (by a hash of its id; None: every trace)."""
+    if shard is None:
+        return True
+    h = int(hashlib.sha1(trace_id.encode()).hexdigest()[:8], 16)
+    return h % shard[1] == shard[0]
+
+
+def stream_traces(
+    source: str | Path | Sequence[Trace], inputs: InputOptions, require_answer: bool = True
+) -> Iterator[Trace | TraceError]:
+    """Traces of an input path (streamed) or a list, in input order, not yet filtered (`select`);
+    with on_error="skip" the bad records come as `TraceError`s in their place. An empty input is
+    a UserError now, before any output is created. `require_answer=False`: traces without a
+    reference answer are read (a segmentation needs none). `inputs`: validated."""
+    if not isinstance(source, (str, Path)):
+        return iter(list(source))
+    items = iter_traces(source, inputs.names(), inputs.on_error, split=inputs.split,
+                        subset=inputs.subset, require_answer=require_answer)
+    first = next(items, None)  # raises for an empty file or a bad first line
+    return itertools.chain([first] if first is not None else [], items)
+
+
+def select(
+    items: Iterator[Trace | TraceError], inputs: InputOptions
+) -> Iterator[tuple[int, Trace | TraceError]]:
+    """(input position, item) of the traces in `--shard`, up to `--max-traces`, and of the bad
+    lines before the stream stops."""
+    limit = inputs.max_traces
+    if limit == 0:
+        return
+    taken = 0
+    for pos, item in enumerate(items):
+        if isinstance(item, Trace):
+            if not in_shard(item.id, inputs.shard_slice()):
+                continue
+            taken += 1
+        yield pos, item
+        if limit is not None and taken >= limit:  # stop reading: later lines are not ours
+            return
+
+
+class SiblingIndex:
+    """The right-answer responses (outcome ≥ 0.5) of a run's whole input by problem
+    (`problem_key`), read once with the run's own reading options (every shard's traces, bad
+    records skipped), so that each trace can be given its siblings."""
+
+    def __init__(self, source: str | Path, inputs: InputOptions):
+        self.correct: dict[str, list[tuple[str, str]]] = {}  # key -> [(trace id, response)]
+        for t in iter_traces(source, inputs.names(), "skip", split=inputs.split,
+                             subset=inputs.subset):
+            if isinstance(t, Trace) and trace_outcome(t) >= 0.5:
+                self.correct.setdefault(problem_key(t), []).append((t.id, t.response))
+
+    def of(self, trace: Trace) -> list[str]:
+        """The other right-answer responses to `trace`'s problem (never the trace itself)."""
+        return [r for tid, r in self.correct.get(problem_key(trace), []) if tid != trace.id]
+
+
+def sibling_index(source: str | Path | Sequence[Trace], inputs: InputOptions
+                  ) -> SiblingIndex | None:
+    """The `SiblingIndex` of an input path; None for traces given as a list (no input to read)."""
+    return SiblingIndex(source, inputs) if isinstance(source, (str, Path)) else None
+
+
+def load_traces(
+    source: str | Path | Sequence[Trace], inputs: InputOptions
+) -> tuple[list[Trace], list[str]]:
+    """Traces from a JSONL path or a list, in memory; returns (traces, messages of skipped
+    lines). `run_analysis` streams instead."""
+    traces, skipped = [], []
+    for _, item in select(stream_traces(source, inputs.validate()), inputs):
+        if isinstance(item, TraceError):
+            skipped.append(str(item))
+        else:
+            traces.append(item)
+    return traces, skipped
+
+
+def check_inputs(
+    traces: str | Path | Sequence[Trace],
+    *,
+    methods: Mapping[str, Any] | None = None,
+    segment_options: SegmentOptions | None = None,
+    segments_file: str | Path | None = None,
+    inputs: InputOptions | None = None,
+) -> None:
+    """Check what a run can check without its model, so a mistake costs no model load: every
+    option, the segmentation file, and the traces the run will read (with `on_error="raise"`
+    the whole input in the run's slice, streamed once; with "skip" the file itself). What needs
+    the tokenizer (e.g. a trace longer than the model's context) is found during the run."""
+    inputs = (inputs or InputOptions()).validate()
+    (segment_options or SegmentOptions()).validate()
+    for name, o in (methods or {}).items():
+        spec = get_method(name)
+        o = o if o is not None else spec.options_type()
+        if hasattr(o, "validate"):
+            o.validate()
+    if segments_file is not None:
+        io.check_exists(Path(segments_file))
+    # The input exists, is not empty, its first record reads (segmenting needs no answer).
+    items = stream_traces(traces, inputs, require_answer=bool(methods))
+    if inputs.on_error == "raise" and isinstance(traces, (str, Path)):
+        for _ in select(items, inputs):
+            pass
+
+
+def line_count(source: str | Path | Sequence[Trace], inputs: InputOptions) -> int:
+    """Records of a traces input (the progress bar's total), without parsing them."""
+    if not isinstance(source, (str, Path)):
+        return len(source)
+    return open_records(source, split=inputs.split, subset=inputs.subset).count()
+
+
+# ---- the run ---------------------------------------------------------------------------------
 def _plain(obj: Any) -> Any:
     return asdict(obj) if is_dataclass(obj) else obj
 
@@ -155,27 +314,17 @@ def fields_spec(names: FieldNames) -> dict:
     return out
 
 
+# The segmentation columns every table has that are a `Segment`'s own attributes.
+_SEGMENT_FIELDS = ("char_start", "char_end", "token_start", "token_end", "n_tokens", "text",
+                   "boundary_entropy", "mean_entropy")
+
+
 def segment_columns(ctx: TraceContext, run_id: str) -> list[dict]:
     """The segmentation columns shared by every table, one dict per segment (`error_char`: the
     trace's, on each of its rows)."""
-    error_char = ctx.trace.error_char
-    return [
-        {
-            "run_id": run_id,
-            "trace_id": ctx.trace.id,
-            "segment": s.index,
-            "char_start": s.char_start,
-            "char_end": s.char_end,
-            "token_start": s.token_start,
-            "token_end": s.token_end,
-            "n_tokens": s.n_tokens,
-            "text": s.text,
-            "boundary_entropy": s.boundary_entropy,
-            "mean_entropy": s.mean_entropy,
-            "error_char": error_char,
-        }
-        for s in ctx.segmentation.segments
-    ]
+    return [{"run_id": run_id, "trace_id": ctx.trace.id, "segment": s.index,
+             **{f: getattr(s, f) for f in _SEGMENT_FIELDS}, "error_char": ctx.trace.error_char}
+            for s in ctx.segmentation.segments]
 
 
 def run_analysis(
@@ -208,20 +357,16 @@ def run_analysis(
     seg_opts = (segment_options or SegmentOptions()).validate()
     methods = methods or {}
     specs = {name: get_method(name) for name in methods}
-    opts = {
-        name: (o if o is not None else specs[name].options_type()) for name, o in methods.items()
-    }
+    opts = {name: o if o is not None else specs[name].options_type()
+            for name, o in methods.items()}
     for o in opts.values():
         if hasattr(o, "validate"):
             o.validate()
     # What the run decides once (e.g. the exit string from the model) goes into the metadata.
     opts = {name: specs[name].prepare(scorer, o) for name, o in opts.items()}
     stored = rows_by_trace(segments_file) if segments_file else None
-    seg_source: Any = (
-        {"file": str(segments_file), "sha256": stored.digest()}
-        if segments_file
-        else _plain(seg_opts)
-    )
+    seg_source: Any = ({"file": str(segments_file), "sha256": stored.digest()}
+                       if segments_file else _plain(seg_opts))
     items = stream_traces(traces, inputs, require_answer=bool(specs))
     cache = cache if cache is not None else RunCache()
     # Each trace's siblings (the other right answers to its problem), for methods that read them.
@@ -248,19 +393,13 @@ def run_analysis(
     unknown = set(summary.outputs) - set(labels.values()) - set(labels)
     if unknown:
         raise UserError(f"no method writes output '{', '.join(sorted(unknown))}'")
-    base_spec = {
-        "model": scorer.describe(),
-        "segmentation": seg_source,
-        "fields": fields_spec(inputs.names()),
-    }
+    base_spec = {"model": scorer.describe(), "segmentation": seg_source,
+                 "fields": fields_spec(inputs.names())}
     writers: dict[Path, TableWriter] = {}
     for path, labs in by_path.items():
         names = sorted({lab if lab == SEGMENTS else owner[lab] for lab in labs})
-        spec = {
-            **base_spec,
-            "outputs": sorted(labs),
-            "methods": {n: _plain(opts[n]) for n in names if n in opts},
-        }
+        spec = {**base_spec, "outputs": sorted(labs),
+                "methods": {n: _plain(opts[n]) for n in names if n in opts}}
         key_spec = {**spec, "model": scorer.run_identity(),
                     "methods": {n: _key_options(opts[n]) for n in names if n in opts}}
         meta = {
@@ -273,12 +412,10 @@ def run_analysis(
             "shard": "/".join(map(str, inputs.shard_slice())) if inputs.shard else None,
             **spec,
         }
-        schema = table_schema(
-            {n: specs[n].columns for n in specs if n in names} or None, timed=timings
-        )
-        writers[path] = TableWriter(
-            path, meta, overwrite=overwrite, schema=schema, main=procs.main
-        )
+        schema = table_schema({n: specs[n].columns for n in specs if n in names} or None,
+                              timed=timings)
+        writers[path] = TableWriter(path, meta, overwrite=overwrite, schema=schema,
+                                    main=procs.main)
     if procs.count > 1:  # the main process repaired and compacted the tables: now read them
         procs.wait()
         if not procs.main:
@@ -289,11 +426,11 @@ def run_analysis(
     total = line_count(traces, inputs) if progress and procs.main else 0
     if inputs.max_traces is not None and inputs.shard is None:
         total = min(total, inputs.max_traces)
-    bar = _progress(progress and procs.main, total)
+    bar, task = _progress(progress and procs.main, total)
     finished = False
     try:
         for pos, trace in select(items, inputs):
-            bar.advance()
+            bar.advance(task)
             if isinstance(trace, TraceError):
                 if procs.main:  # every process reads the same bad lines
                     summary.errors.append(str(trace))
@@ -446,40 +583,13 @@ def _score_trace(
     return rows
 
 
-class _NoBar:
-    def advance(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
-
-
-class _RichBar:
-    def __init__(self, total: int):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
-
-        self.p = Progress(
-            TextColumn("traces"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeRemainingColumn(),
-            transient=False,
-        )
-        self.task = self.p.add_task("traces", total=total)
-        self.p.start()
-
-    def advance(self) -> None:
-        self.p.advance(self.task)
-
-    def stop(self) -> None:
-        self.p.stop()
-
-
 def _progress(enabled: bool, total: int):
-    return _RichBar(total) if enabled and total > 1 else _NoBar()
+    """(bar, task): a progress bar over `total` traces, drawn only when `enabled` and there are
+    several."""
+    from rich import progress as rp
+
+    bar = rp.Progress(rp.TextColumn("traces"), rp.BarColumn(), rp.MofNCompleteColumn(),
+                      rp.TimeRemainingColumn(), disable=not (enabled and total > 1))
+    task = bar.add_task("traces", total=total)
+    bar.start()
+    return bar, task

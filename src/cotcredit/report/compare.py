@@ -18,8 +18,14 @@ from typing import TYPE_CHECKING, Any
 from cotcredit.errors import UserError
 from cotcredit.methods import get_method, parse_methods, registry
 from cotcredit.options import build_options, option, parse_sets, read_config
-from cotcredit.pipeline.inputs import InputOptions, check_inputs, load_traces
-from cotcredit.pipeline.run import SEGMENTS, RunSummary, run_analysis
+from cotcredit.pipeline.run import (
+    SEGMENTS,
+    InputOptions,
+    RunSummary,
+    check_inputs,
+    load_traces,
+    run_analysis,
+)
 from cotcredit.pipeline.scores import (  # (ScoreTablesNotFound: re-exported, older imports)
     ScoreTablesNotFound,  # noqa: F401
     find_score_tables,
