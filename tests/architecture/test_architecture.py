@@ -4,13 +4,14 @@ lines.
 
 The layers, lowest first (a folder's package `__init__` is in its folder's layer):
 
-    0 core        cotcredit/__init__, version, errors, extras, options, distributed, _aliases, _lazy
+    0 core        cotcredit/__init__, version, errors, extras, options (and the CLI's parameters),
+                  distributed, _aliases, _lazy
     1 data        reading input, the Trace record, problem sets, grading
     2 store       tables on disk
-    3 lm          loading, the scorer, packing, encoding, forcing, sampling
+    3 lm          loading, the scorer, packing, encoding and answer forcing, sampling
     4 segmentation
-    5 methods     the method registry and one file per method
-    6 pipeline    run_analysis, the API of the commands, generate, export, score tables
+    5 methods     the method contract, the run's cache, the registry, one file per method
+    6 pipeline    the input and run_analysis, the API of the commands, generate, export, scores
     7 report      statistics, figures, renderers, compare
     8 bench       known-truth regimes (and the model organism)
     9 training    credit in training: advantages, online scoring, the TRL trainer, verl
@@ -35,6 +36,7 @@ from conftest import ROOT
 SRC = ROOT / "src"
 PACKAGE = SRC / "cotcredit"
 MAX_LINES = 600
+MAX_PATH_FILES = 14  # files on the path of `cotcredit redistribute` (below)
 
 LAYERS = {
     "data": 1, "store": 2, "lm": 3, "segmentation": 4, "methods": 5, "pipeline": 6,
@@ -306,3 +308,6 @@ def test_the_architecture_page_lists_every_file_on_the_path_of_redistribute(
     assert "methods/rredcot/probes.py" in path and "store/tables.py" in path
     missing = sorted(f for f in path if f"`{f}`" not in section)
     assert not missing, f"docs/architecture.md does not list {missing} on the path"
+    # A newcomer following RREDCoT from the command line to its rows reads at most this many
+    # files (26 before the modules that were one concept in two were merged).
+    assert len(path) <= MAX_PATH_FILES, sorted(path)
