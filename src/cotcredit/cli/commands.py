@@ -139,7 +139,7 @@ def show_trace(summary, labels: list[str], show: str | None, columns: list[str])
     out.print(table)
 
 
-# ---- the method commands, made from the method specs -------------------------------------------
+# ---- the method commands, made from the method specs -----------------------------------------
 def _keyword(spec: MethodSpec) -> str:
     """The Python keyword a method's options take in its command function."""
     return spec.name.replace("-", "_")
@@ -235,7 +235,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-# ---- analysis commands ----------------------------------------------------------------------
+# ---- analysis commands -----------------------------------------------------------------------
 @app.command()
 @with_options(inputs=InputOptions, model=ModelOptions, segment=SegmentOptions)
 def segment(
@@ -352,7 +352,7 @@ def compare(
             err.print(result.explorer.note, markup=False, highlight=False)
 
 
-# ---- other commands -------------------------------------------------------------------------
+# ---- other commands --------------------------------------------------------------------------
 @app.command()
 @with_options(fields=FieldOptions, options=ExportOptions,
               exclude=("solution_field", "outcome_field", "preset", "messages_field",

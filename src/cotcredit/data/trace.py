@@ -175,7 +175,7 @@ def trace_outcome(trace: Trace) -> float:
     return 1.0 if grade_completion(trace.response, trace.answer).correct else 0.0
 
 
-# ---- which keys of a record hold a trace's fields ------------------------------------------
+# ---- which keys of a record hold a trace's fields --------------------------------------------
 @dataclass(frozen=True)
 class FieldNames:
     """Which keys hold each part of a trace; the first key present wins. A key may be a dotted

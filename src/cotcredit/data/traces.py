@@ -19,7 +19,7 @@ from cotcredit.data.readers import Records, open_records
 from cotcredit.data.trace import MISSING, THINK_OPEN, FieldNames, Trace, TraceError, get_path, pick
 from cotcredit.errors import UserError
 
-# ---- one record ---------------------------------------------------------------------------
+# ---- one record ------------------------------------------------------------------------------
 STEP_SEPARATOR = "\n\n"  # joins pre-split `steps` into the response (as ProcessBench renders them)
 
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # (the model stack loads with the model: keeps `--help` fast)
     from cotcredit.segmentation import Segmentation
 
 
-# ---- the run's cache -----------------------------------------------------------------------
+# ---- the run's cache -------------------------------------------------------------------------
 T = TypeVar("T")
 
 
@@ -64,7 +64,7 @@ class RunCache:
         return [v for (k, _), v in self._built.items() if k == kind]
 
 
-# ---- what a method is handed and returns ---------------------------------------------------
+# ---- what a method is handed and returns -----------------------------------------------------
 @dataclass
 class TraceContext:
     """One trace ready for scoring: its tokens, one forward pass (with KV cache), its segments,

@@ -202,7 +202,7 @@ def _log1mexp(x: float) -> float:
     return math.log(-math.expm1(x)) if x > -0.693 else math.log1p(-math.exp(x))
 
 
-# ---- the references, the options, the command -----------------------------------------------
+# ---- the references, the options, the command ------------------------------------------------
 def trace_references(trace: Trace, options: RredcotOptions,
                      siblings: Sequence[str] | None = None,
                      notes: list[str] | None = None) -> list[list[str]]:
