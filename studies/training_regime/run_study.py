@@ -12,8 +12,9 @@ in the credit source and form (`setups.ARMS`), the setups only in the regime (`s
 Runs are resumable (a finished run is skipped, a started one continues from its last
 checkpoint, saved every 50 steps) and go seed by seed through the arms, so a study stopped
 early stays balanced. Launch with `OMP_NUM_THREADS=1 nice -n 10`: the 0.8M-parameter models
-gain nothing from more threads. Run folders (`runs/`, `configs/`, `data/`) are not tracked;
-the summaries are.
+gain nothing from more threads; for more cores start the same command once per core (each
+process takes the next run no other holds, `claim`). Run folders (`runs/`, `configs/`,
+`data/`) are not tracked; the summaries are.
 
 PROTOCOL (committed before any run it governs; amendments are dated and say what had been seen)
 
@@ -238,6 +239,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import time
 from pathlib import Path
 
@@ -299,15 +301,72 @@ def start_accuracy(out: Path, setup: Setup) -> dict:
     return result
 
 
+def claim(run: Path) -> bool:
+    """Take `run` for this process: a lock file beside it, made atomically with this process's
+    id in it. False while a live process (on this machine) holds it; a dead holder's lock is
+    taken over (its run resumes from its last checkpoint)."""
+    lock = run.parent / f"{run.name}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    mine = lock.parent / f"{run.name}.lock.{os.getpid()}"
+    mine.write_text(str(os.getpid()))
+    try:
+        while True:
+            try:
+                os.link(mine, lock)  # atomic: fails when the lock exists
+                return True
+            except FileExistsError:
+                try:
+                    holder = int(lock.read_text())
+                except (OSError, ValueError):
+                    continue  # removed or replaced meanwhile: try again
+                try:
+                    os.kill(holder, 0)
+                    return False
+                except ProcessLookupError:
+                    lock.unlink(missing_ok=True)
+                except PermissionError:
+                    return False
+    finally:
+        mine.unlink(missing_ok=True)
+
+
+def release(run: Path) -> None:
+    """Give up `run`'s lock if this process holds it."""
+    lock = run.parent / f"{run.name}.lock"
+    try:
+        if int(lock.read_text()) == os.getpid():
+            lock.unlink()
+    except (OSError, ValueError):
+        pass
+
+
 def run_plan(out: Path, phase: str, todo: list[tuple[str, int, str]], steps: int,
-             split: str) -> None:
-    """Run (setup, seed, arm) in order, skipping what is finished."""
+             split: str, wait: float = 60.0) -> None:
+    """Run (setup, seed, arm) in order, skipping what is finished. Several processes may run
+    the same plan at once (one thread each): each takes the next run no other live process
+    holds (`claim`), and returns only when every run of the plan is finished."""
     import torch
 
     torch.set_num_threads(1)
-    for i, (name, seed, arm) in enumerate(todo):
-        run_one(out, phase, SETUPS[name], arm, seed, steps, split,
-                f"[{phase} {i + 1}/{len(todo)}] {name} {arm} seed {seed}")
+    waiting = list(enumerate(todo))
+    while waiting:
+        held = []
+        for i, (name, seed, arm) in waiting:
+            run = run_dir(out, phase, name, arm, seed)
+            tag = f"[{phase} {i + 1}/{len(todo)}] {name} {arm} seed {seed}"
+            if (run / f"heldout_{split}.json").is_file():
+                run_one(out, phase, SETUPS[name], arm, seed, steps, split, tag)
+            elif claim(run):
+                try:
+                    run_one(out, phase, SETUPS[name], arm, seed, steps, split, tag)
+                finally:
+                    release(run)
+            else:
+                held.append((i, (name, seed, arm)))
+        if held:
+            print(f"[{phase}] {len(held)} runs held by other processes: waiting", flush=True)
+            time.sleep(wait)
+        waiting = held
 
 
 def stage1_arms(setup: str) -> tuple[str, ...]:

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+import time
 
 import pandas as pd
 import pytest
@@ -12,7 +16,7 @@ import yaml
 
 from studies.training_regime import summarize as S
 from studies.training_regime.run_study import FIRST_ERROR_SETUPS
-from studies.training_regime.setups import SETUPS, _first, run_config
+from studies.training_regime.setups import SETUPS, _first, run_config, run_dir
 
 
 def _table(gains: dict[str, tuple[float, ...]], seeds=range(8), cost=None, noise=0.0):
@@ -330,3 +334,53 @@ def test_problem_outcomes_redo_and_check(tmp_path, monkeypatch):
     oracle = json.loads((pilot / "oracle-seed0" / "heldout_dev_problems.json").read_text())
     assert grpo["reproduces"] and grpo["per_problem"] == [1, 2]
     assert not oracle["reproduces"]
+
+
+def test_processes_sharing_a_plan_run_each_run_once(tmp_path, monkeypatch):
+    """Two workers on one plan (threads here; the lock holds a process id, so a run held by a
+    live process is left to it): every run trains once, and each worker returns only when the
+    whole plan is finished."""
+    import threading
+
+    from studies.training_regime import run_study
+
+    todo = [("long", seed, arm) for seed in (0, 1) for arm in ("grpo", "oracle", "oracle-sr")]
+    calls, lock = [], threading.Lock()
+
+    def fake_run_one(out, phase, setup, arm, seed, steps, split, tag):
+        run = run_dir(out, phase, setup.name, arm, seed)
+        if not (run / f"heldout_{split}.json").is_file():
+            with lock:
+                calls.append((setup.name, seed, arm))
+            time.sleep(0.05)
+            run.mkdir(parents=True, exist_ok=True)
+            (run / f"heldout_{split}.json").write_text("{}")
+        return {}
+
+    monkeypatch.setattr(run_study, "run_one", fake_run_one)
+    returned = []
+    workers = [threading.Thread(target=lambda: (run_study.run_plan(
+        tmp_path, "pilot", todo, 150, "dev", wait=0.01), returned.append(True)))
+        for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert sorted(calls) == sorted(todo) and returned == [True, True]
+    assert not list(tmp_path.rglob("*.lock*"))  # every lock given back
+
+
+def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
+    from studies.training_regime import run_study
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    run = tmp_path / "pilot" / "long" / "grpo-seed0"
+    run.parent.mkdir(parents=True)
+    (run.parent / "grpo-seed0.lock").write_text(dead.stdout.strip())
+    assert run_study.claim(run)
+    assert (run.parent / "grpo-seed0.lock").read_text() == str(os.getpid())
+    # Held by a live process (this one, seen from a second claim): not taken.
+    assert not run_study.claim(run)
+    run_study.release(run)
+    assert not (run.parent / "grpo-seed0.lock").exists()
