@@ -293,9 +293,14 @@ def pilot_markdown(table, out: Path) -> str:
         text += ("Stage 1 scores (the best oracle arm's mean oracle − grpo online, seeds 0-1; "
                  "its span): " + ", ".join(f"{k} {v:+.3f} ({choice['span'][k]})"
                                            for k, v in choice["stage1_scores"].items()) +
-                 f". Ranking: {', '.join(choice['ranking'])}. Chosen: {choice['chosen']} "
-                 f"({choice['oracle_arm']}, {choice['form']}); bar of +{BAR} with the interval "
-                 f"above 0 {'met' if choice['passed'] else 'not met'}.\n")
+                 f". Ranking: {', '.join(choice['ranking'])}. ")
+        if choice["chosen"] is None:
+            text += (f"Stage 2 (seeds 2-7) runs on {choice['stage2_order'][0]} (and on "
+                     f"{choice['stage2_order'][1]} if it does not pass); nothing chosen yet.\n")
+        else:
+            text += (f"Chosen: {choice['chosen']} ({choice['oracle_arm']}, {choice['form']}); "
+                     f"bar of +{BAR} with the interval above 0 "
+                     f"{'met' if choice['passed'] else 'not met'}.\n")
     return text
 
 

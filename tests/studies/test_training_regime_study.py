@@ -384,3 +384,16 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
     assert not run_study.claim(run)
     run_study.release(run)
     assert not (run.parent / "grpo-seed0.lock").exists()
+
+
+def test_the_pilot_table_says_what_stage_1_chose_and_what_is_pending(tmp_path):
+    t = _table({"long": (0.01, 0.0), "long-g4": (0.0, 0.02), "long-hard": (0.015, 0.0),
+                "unique-g4": (0.005, 0.0)}, seeds=range(2), noise=0.004)
+    text = S.pilot_markdown(t, tmp_path)
+    assert "Ranking: long-g4, long-hard, long, unique-g4." in text
+    assert "Stage 2 (seeds 2-7) runs on long-g4 (and on long-hard" in text
+    assert "Chosen" not in text
+    full = _table({"long": (0.01, 0.0), "long-g4": (0.0, 0.02), "long-hard": (0.015, 0.0),
+                   "unique-g4": (0.005, 0.0)}, noise=0.004)
+    assert "Chosen: long-g4 (oracle-sr, segment-rewards); bar of +0.03 with the interval " \
+        "above 0 not met." in S.pilot_markdown(full, tmp_path)
