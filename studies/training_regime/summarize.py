@@ -278,8 +278,9 @@ def pilot_markdown(table, out: Path) -> str:
         for stage, seeds in (("1", (0, 1)), ("2", tuple(range(2, 8))), ("all", range(8))):
             g = _gains(table, setup, seeds, span=span)
             dev = _gains(table, setup, seeds, "final", span=span)
-            if not g["reweight"]["seeds"]:
-                continue
+            if not g["reweight"]["seeds"] or (stage == "all" and not _gains(
+                    table, setup, tuple(range(2, 8)), span=span)["reweight"]["seeds"]):
+                continue  # no seeds, or `all` would repeat stage 1
             grpo = table[(table.regime == setup) & (table.arm == "grpo") & table.seed.isin(
                 list(seeds))]
             cell = _gain_cell
