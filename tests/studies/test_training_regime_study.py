@@ -397,3 +397,58 @@ def test_the_pilot_table_says_what_stage_1_chose_and_what_is_pending(tmp_path):
                    "unique-g4": (0.005, 0.0)}, noise=0.004)
     assert "Chosen: long-g4 (oracle-sr, segment-rewards); bar of +0.03 with the interval " \
         "above 0 not met." in S.pilot_markdown(full, tmp_path)
+
+
+# -- the group-sequential plan (protocol step 2's fallback) -----------------------------------
+
+def test_obf_boundaries_equal_gsdesign_published_values():
+    """Lan-DeMets O'Brien-Fleming, two-sided 0.05, equally spaced looks: gsDesign's sfLDOF
+    boundaries (Jennison and Turnbull's tables agree to the third decimal)."""
+    from studies.training_regime.sequential import obf_boundaries
+
+    assert obf_boundaries(1) == pytest.approx([1.960], abs=1e-3)
+    assert obf_boundaries(2) == pytest.approx([2.963, 1.969], abs=1e-3)
+    assert obf_boundaries(4) == pytest.approx([4.333, 2.963, 2.359, 2.014], abs=1e-3)
+    assert obf_boundaries(5) == pytest.approx([4.877, 3.357, 2.680, 2.290, 2.031], abs=1e-3)
+
+
+def test_sequential_plan_spends_alpha_and_reaches_its_power():
+    """The integrated type I error is 0.05; simulated z-statistics crossing the boundaries
+    agree with the integration at the null and at the drift; the smallest plan is the
+    smallest whose simulated power reaches 0.8."""
+    import numpy as np
+
+    from studies.training_regime.sequential import design, simulate, smallest_design
+
+    plan = design(0.02, 0.04, 8, 40)
+    assert plan["alpha_normal"] == pytest.approx(0.05, abs=1e-4)
+    assert plan["seeds"] == [8, 16, 24, 32, 40]
+    rng = np.random.default_rng(1)
+    for mean, key in ((0.0, "alpha_normal"), (0.02, "power_normal")):
+        x = rng.normal(mean, 0.04, size=(40000, 40))
+        crossed = np.zeros(len(x), bool)
+        for n, c in zip(plan["seeds"], plan["z"]):
+            z = x[:, :n].mean(axis=1) / (0.04 / np.sqrt(n))  # known SD: the z scale
+            crossed |= np.abs(z) >= c
+        assert crossed.mean() == pytest.approx(plan[key], abs=0.006)
+    # t-tests at eight seeds a look keep the level close to 0.05 without the futility stop
+    assert simulate(plan, 0.02, 0.04, futility=False)["alpha"] == pytest.approx(0.05, abs=0.01)
+    assert plan["alpha"] < 0.05 and plan["expected_seeds"] < 40
+    best = smallest_design(0.02, 0.04, 8)
+    assert best["power"] >= 0.8
+    if best["seeds"][-1] > 16:
+        assert design(0.02, 0.04, 8, best["seeds"][-1] - 8)["power"] < 0.8
+
+
+def test_sequential_look_verdicts():
+    from studies.training_regime.sequential import design, look
+
+    plan = design(0.02, 0.04, 4, 12)
+    assert look([0.05, 0.06, 0.05, 0.06], plan, 0)["verdict"] == "continue"  # p above 1e-4
+    assert look([-0.01, 0.0, -0.02, 0.01], plan, 0)["verdict"] == "futility"
+    many = [0.05 + 0.001 * i for i in range(12)]
+    assert look(many, plan, 2)["verdict"] == "efficacy"
+    assert look([-v for v in many], plan, 2)["verdict"] == "harm"
+    assert look([0.01, -0.01] * 6, plan, 2)["verdict"] == "not significant"
+    with pytest.raises(ValueError, match="reads 8 seeds"):
+        look([0.1] * 7, plan, 1)
