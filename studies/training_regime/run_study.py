@@ -446,12 +446,24 @@ def problem_outcomes(out: Path, phase: str) -> None:
 
 
 def main_study(out: Path, steps: int) -> None:
-    """The main runs as main_plan.json (the power amendment's) lists them: seed by seed through
-    its arms, then its `last` arms seed by seed."""
+    """The main runs as main_plan.json (the power amendment's) lists them, look by look: the
+    arms of the live comparisons seed by seed up to the next look, then that look's decisions
+    (main_looks.json), until every comparison has stopped or read its last look."""
+    from studies.training_regime.main_plan import write_progress
+    from studies.training_regime.summarize import runs_table
+
     plan = json.loads((out / "main_plan.json").read_text())
-    first = [(plan["setup"], s, a) for s in plan["seeds"] for a in plan["arms"]]
-    last = [(plan["setup"], s, a) for s in plan["seeds"] for a in plan.get("last", [])]
-    run_plan(out, "main", first + last, steps, "test")
+    before = None
+    while True:
+        state = write_progress(out, runs_table(out, "main", steps), plan)
+        print(json.dumps(state["state"]), flush=True)
+        if state["done"]:
+            return
+        todo = [(plan["setup"], s, a) for s in state["next_seeds"] for a in state["next_arms"]]
+        if todo == before:
+            raise RuntimeError(f"main: runs finished but the look cannot be read: {todo}")
+        run_plan(out, "main", todo, steps, "test")
+        before = todo
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -99,16 +99,16 @@ def simulate(plan: dict, delta: float, sd: float, draws: int = 20000, seed: int 
     rng = np.random.default_rng(seed)
     out = {}
     for name, mean in (("power", delta), ("alpha", 0.0)):
-        x = rng.normal(mean, sd, size=(draws, plan["seeds"][-1]))
+        x = rng.normal(mean, sd, size=(draws, plan["looks"][-1]))
         live, wins = np.ones(draws, bool), np.zeros(draws, bool)
-        used = np.full(draws, plan["seeds"][-1])
-        for i, n in enumerate(plan["seeds"]):
+        used = np.full(draws, plan["looks"][-1])
+        for i, n in enumerate(plan["looks"]):
             m, s = x[:, :n].mean(axis=1), x[:, :n].std(axis=1, ddof=1)
             p = 2 * stats.t.sf(np.abs(m / (s / math.sqrt(n))), n - 1)
             win = live & (p < plan["nominal_p"][i])
             if name == "power":
                 win &= m > 0
-            stop = win | (futility & live & (m <= 0) & (i < len(plan["seeds"]) - 1))
+            stop = win | (futility & live & (m <= 0) & (i < len(plan["looks"]) - 1))
             wins |= win
             used[stop] = n
             live &= ~stop
@@ -118,7 +118,8 @@ def simulate(plan: dict, delta: float, sd: float, draws: int = 20000, seed: int 
 
 
 def design(delta: float, sd: float, every: int, max_seeds: int, alpha: float = 0.05) -> dict:
-    """The plan with looks after every `every` seeds up to `max_seeds`: z boundaries, nominal
+    """The plan with looks after every `every` seeds up to `max_seeds` (`looks`: seeds read at
+    each look): z boundaries, nominal
     p-values, and its power against `delta` (paired SD `sd`) both on the normal approximation
     (efficacy stops only) and simulated as it will be run."""
     seeds = list(range(every, max_seeds + 1, every))
@@ -127,7 +128,7 @@ def design(delta: float, sd: float, every: int, max_seeds: int, alpha: float = 0
     times = [n / max_seeds for n in seeds]
     bounds = obf_boundaries(len(seeds), alpha, times)
     theta = delta * math.sqrt(max_seeds) / sd
-    plan = {"seeds": seeds, "z": bounds,
+    plan = {"looks": seeds, "z": bounds,
             "nominal_p": [float(2 * stats.norm.sf(c)) for c in bounds],
             "power_normal": float(sum(_stops(times, bounds, theta))),
             "alpha_normal": float(sum(_stops(times, bounds, 0.0)))}
@@ -152,9 +153,9 @@ def look(differences, plan: dict, index: int) -> dict:
     look's nominal level, `futility` (non-binding) when the mean is at most 0 at an interim look,
     else `continue` (at the last look: `not significant`)."""
     d = np.asarray(differences, dtype=float)
-    n, last = len(d), index == len(plan["seeds"]) - 1
-    if n != plan["seeds"][index]:
-        raise ValueError(f"look {index + 1} reads {plan['seeds'][index]} seeds, got {n}")
+    n, last = len(d), index == len(plan["looks"]) - 1
+    if n != plan["looks"][index]:
+        raise ValueError(f"look {index + 1} reads {plan['looks'][index]} seeds, got {n}")
     p = float(stats.ttest_1samp(d, 0).pvalue)
     if p < plan["nominal_p"][index]:
         verdict = "efficacy" if d.mean() > 0 else "harm"

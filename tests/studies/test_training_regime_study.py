@@ -422,12 +422,12 @@ def test_sequential_plan_spends_alpha_and_reaches_its_power():
 
     plan = design(0.02, 0.04, 8, 40)
     assert plan["alpha_normal"] == pytest.approx(0.05, abs=1e-4)
-    assert plan["seeds"] == [8, 16, 24, 32, 40]
+    assert plan["looks"] == [8, 16, 24, 32, 40]
     rng = np.random.default_rng(1)
     for mean, key in ((0.0, "alpha_normal"), (0.02, "power_normal")):
         x = rng.normal(mean, 0.04, size=(40000, 40))
         crossed = np.zeros(len(x), bool)
-        for n, c in zip(plan["seeds"], plan["z"]):
+        for n, c in zip(plan["looks"], plan["z"]):
             z = x[:, :n].mean(axis=1) / (0.04 / np.sqrt(n))  # known SD: the z scale
             crossed |= np.abs(z) >= c
         assert crossed.mean() == pytest.approx(plan[key], abs=0.006)
@@ -436,8 +436,8 @@ def test_sequential_plan_spends_alpha_and_reaches_its_power():
     assert plan["alpha"] < 0.05 and plan["expected_seeds"] < 40
     best = smallest_design(0.02, 0.04, 8)
     assert best["power"] >= 0.8
-    if best["seeds"][-1] > 16:
-        assert design(0.02, 0.04, 8, best["seeds"][-1] - 8)["power"] < 0.8
+    if best["looks"][-1] > 16:
+        assert design(0.02, 0.04, 8, best["looks"][-1] - 8)["power"] < 0.8
 
 
 def test_sequential_look_verdicts():
@@ -452,3 +452,61 @@ def test_sequential_look_verdicts():
     assert look([0.01, -0.01] * 6, plan, 2)["verdict"] == "not significant"
     with pytest.raises(ValueError, match="reads 8 seeds"):
         look([0.1] * 7, plan, 1)
+
+
+def _main_table(plan, gains: dict[str, float], seeds: int, sd: float = 0.01, seed: int = 0):
+    """A runs table for the plan's first `seeds` seeds: grpo online 0.6 plus noise, each role
+    `gains[role]` above it (its own noise)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in plan["seeds"][:seeds]:
+        base = 0.6 + rng.normal(0, sd)
+        for role, arm in plan["roles"].items():
+            rows.append({"regime": plan["setup"], "arm": arm, "seed": s,
+                         "online": base + gains.get(role, 0.0) + rng.normal(0, sd)})
+    return pd.DataFrame(rows, columns=["regime", "arm", "seed", "online"])
+
+
+def test_main_plan_roles_and_progress_by_look():
+    """Runs go look by look; a clear source stops at its first efficacy look, a source with
+    no effect runs to the end, `cheap` follows the first-phase sources, and the default rule
+    needs efficacy against grpo and against shuffled."""
+    from studies.training_regime.main_plan import make_plan, progress
+    from studies.training_regime.sequential import design
+
+    plan = make_plan("long-g4", "first", "segment-rewards", design(0.02, 0.04, 4, 12))
+    assert plan["roles"]["oracle"] == "oracle-first-sr"
+    assert plan["roles"]["shuffled"] == "shuffled-first-sr"
+    assert plan["roles"]["rredcot"] == "rredcot-sr" and plan["seeds"][:2] == [100, 101]
+    start = progress(_main_table(plan, {}, 0), plan)
+    assert start["next_seeds"] == [100, 101, 102, 103] and not start["done"]
+    assert set(start["next_arms"]) == {"grpo", "oracle-first-sr", "shuffled-first-sr",
+                                       "rredcot-sr", "mc-sr"}
+    gains = {"oracle": 0.1, "rredcot": 0.1, "mc": 0.003, "cheap": 0.1}
+    no_cheap = lambda t: t[t.arm != "cheap-sr"]  # noqa: E731  (cheap runs last)
+    mid = progress(no_cheap(_main_table(plan, gains, 8)), plan)
+    assert mid["state"]["rredcot"] == "efficacy"  # p far below look 2's level
+    assert mid["state"]["mc"] == "live" and mid["next_seeds"] == plan["seeds"][:12]
+    assert "rredcot-sr" not in mid["next_arms"] and mid["default"]["rredcot"]["qualifies"]
+    end = progress(no_cheap(_main_table(plan, gains, 12)), plan)
+    assert end["state"]["mc"] in ("not significant", "futility")
+    assert end["next_arms"][-1] == "cheap-sr" and end["next_seeds"] == plan["seeds"][:4]
+    assert not end["done"] and end["comparisons"]["oracle"][0]["verdict"] in ("continue",
+                                                                              "efficacy")
+    over = progress(_main_table(plan, gains, 12), plan)
+    assert over["state"]["cheap"] == "efficacy" and over["done"]
+
+
+def test_main_plan_oracle_futility_stops_the_sources():
+    from studies.training_regime.main_plan import make_plan, progress
+    from studies.training_regime.sequential import design
+
+    plan = make_plan("long-g4", "rest", "reweight", design(0.02, 0.04, 4, 12))
+    table = _main_table(plan, {"oracle": -0.05, "rredcot": 0.05}, 4)
+    state = progress(table, plan)
+    assert state["state"]["oracle"] == "futility"
+    assert state["state"]["rredcot"] == "continue" or state["state"]["rredcot"].startswith(
+        "stopped with the oracle")
+    assert state["done"] and state["next_seeds"] == []

@@ -1,0 +1,103 @@
+"""The main study's plan (main_plan.json, fixed by the power amendment) and its progress: which
+runs come next and what each look decides.
+
+A plan names the setup, the arms in the chosen oracle span and form, the seeds, and the looks
+(a fixed design has one, at its last seed). Each primary comparison is a source - grpo in
+`online`, tested at every look it reaches with the look's nominal level (`sequential.look`).
+A source's arm stops at its comparison's first stop (efficacy, harm, futility); the oracle's
+comparison gates the sources: when it stops for futility or harm, so do theirs (a source
+cannot show a gain where perfect credit shows none). grpo, the oracle and shuffled run at every
+seed a live source runs. `cheap` runs after the other sources have stopped (its configuration
+comes from the cost study when they have), through the same looks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from studies.training_regime.sequential import look
+
+SOURCES = ("rredcot", "mc")  # the primary sources of the first phase; `cheap` follows them
+LAST = ("cheap",)
+STOPS = ("efficacy", "harm", "futility")
+
+
+def arm_names(span: str, form: str) -> dict[str, str]:
+    """The arm of each role in the chosen span and form (setups.ARMS names)."""
+    sr = "-sr" if form == "segment-rewards" else ""
+    first = "-first" if span == "first" else ""
+    roles = {"grpo": "grpo", "oracle": f"oracle{first}{sr}", "shuffled": f"shuffled{first}{sr}"}
+    roles.update({s: f"{s}{sr}" for s in SOURCES + LAST})
+    return roles
+
+
+def make_plan(setup: str, span: str, form: str, sequential: dict, *, first_seed: int = 100,
+              **notes) -> dict:
+    """main_plan.json from the amendment's choices: `sequential` is a `sequential.design` (or
+    a fixed design: {"looks": [n], "nominal_p": [0.05]})."""
+    n = sequential["looks"][-1]
+    return {"setup": setup, "span": span, "form": form, "roles": arm_names(span, form),
+            "seeds": list(range(first_seed, first_seed + n)),
+            "looks": list(sequential["looks"]), "nominal_p": list(sequential["nominal_p"]),
+            **notes}
+
+
+def _differences(table, plan: dict, arm: str, base: str, n: int):
+    """arm - base `online` over the plan's first n seeds, None unless both have all n."""
+    from studies.training_regime.summarize import differences
+
+    seeds = plan["seeds"][:n]
+    d = differences(table, plan["setup"], arm, base, seeds)
+    return d.loc[seeds].tolist() if len(d) == n else None
+
+
+def progress(table, plan: dict) -> dict:
+    """Per primary comparison its looks so far and its state (`live` or its verdict), the
+    arms and seeds to run next (none when the study is over), and each source's standing
+    under the default rule (efficacy against grpo and, at the same look's level, a positive
+    difference from shuffled)."""
+    roles, looks = plan["roles"], plan["looks"]
+    comparisons = {"oracle": [], **{s: [] for s in SOURCES + LAST}}
+    state = dict.fromkeys(comparisons, "live")
+    default = {}
+    for index, n in enumerate(looks):
+        for role in comparisons:
+            if state[role] != "live":
+                continue
+            d = _differences(table, plan, roles[role], roles["grpo"], n)
+            if d is None:
+                continue
+            result = look(d, plan, index)
+            comparisons[role].append(result)
+            if result["verdict"] != "continue":
+                state[role] = result["verdict"]
+            if role != "oracle" and result["verdict"] in ("efficacy", "not significant"):
+                s = _differences(table, plan, roles[role], roles["shuffled"], n)
+                vs = look(s, plan, index) if s is not None else None
+                default[role] = {"look": index + 1, "vs_grpo": result, "vs_shuffled": vs,
+                                 "qualifies": result["verdict"] == "efficacy" and vs is not None
+                                 and vs["verdict"] == "efficacy"}
+        if state["oracle"] in ("futility", "harm"):
+            for role in SOURCES + LAST:
+                if state[role] == "live":
+                    state[role] = f"stopped with the oracle ({state['oracle']})"
+    live = [r for r in SOURCES if state[r] == "live"]
+    if not live:
+        live = [r for r in LAST if state[r] == "live"]
+    arms, seeds = [], []
+    if live:
+        # the next look none of the live comparisons has read
+        done = min(len(comparisons[r]) for r in live)
+        upto = looks[min(done, len(looks) - 1)]
+        arms = ["grpo", "oracle", "shuffled", *live]
+        seeds = plan["seeds"][:upto]
+    return {"comparisons": comparisons, "state": state, "default": default,
+            "next_arms": [roles[a] for a in arms], "next_seeds": seeds, "done": not live}
+
+
+def write_progress(out: Path, table, plan: dict) -> dict:
+    """`progress` written to main_looks.json (tracked: what each look decided)."""
+    result = progress(table, plan)
+    (out / "main_looks.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    return result
