@@ -34,13 +34,14 @@ def arm_names(span: str, form: str) -> dict[str, str]:
 
 def make_plan(setup: str, span: str, form: str, sequential: dict, *, first_seed: int = 100,
               **notes) -> dict:
-    """main_plan.json from the amendment's choices: `sequential` is a `sequential.design` (or
-    a fixed design: {"looks": [n], "nominal_p": [0.05]})."""
+    """main_plan.json from the amendment's choices: `sequential` is a `sequential.design` (a
+    fixed design of n seeds is one look: {"looks": [n], "z": [1.96], "futility_z": [1.96]})."""
     n = sequential["looks"][-1]
+    design = {k: v for k, v in sequential.items() if k not in ("looks", "z", "futility_z")}
     return {"setup": setup, "span": span, "form": form, "roles": arm_names(span, form),
             "seeds": list(range(first_seed, first_seed + n)),
-            "looks": list(sequential["looks"]), "nominal_p": list(sequential["nominal_p"]),
-            **notes}
+            "looks": list(sequential["looks"]), "z": list(sequential["z"]),
+            "futility_z": list(sequential["futility_z"]), "design": design, **notes}
 
 
 def _differences(table, plan: dict, arm: str, base: str, n: int):

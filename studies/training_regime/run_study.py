@@ -3,7 +3,8 @@ oracle) clearly beats plain GRPO, every credit source on it, and a confirmatory 
 RREDCoT against GRPO on `unique`.
 
     python -m studies.training_regime.run_study pilot               # stage 1, then stage 2
-    python -m studies.training_regime.run_study main                # after the power amendment
+    python -m studies.training_regime.run_study power --write       # main_plan.json (amendment 4)
+    python -m studies.training_regime.run_study main                # look by look (main_looks.json)
     python -m studies.training_regime.run_study confirm             # the confirmatory unique run
     python -m studies.training_regime.run_study summary pilot|main|confirm
 
@@ -232,6 +233,49 @@ stands):
 Cost: 12 more stage-1 runs (2 arms x 3 setups x 2 seeds, 0.35-0.42 core-hours each), 4-5
 core-hours; the pilot in all 9-24 core-hours. The power plan and main_plan.json, which
 amendment 2 called amendment 3, come in amendment 4. Seed 0's finished runs are kept.
+
+Amendment 4 (2026-12-05 13:10, before any main run; seen: the pilot's results, complete
+(pilot_summary.md, results commit f9c954a), and 6-step timings of grpo, rredcot and mc on
+long-g4 at seed 99, outside the study and not reused). The power plan and main_plan.json.
+Pilot, by the rule: long-g4, span `first`, form reweight. Stage 2 (seeds 2-7) oracle-first -
+grpo `online` +0.044 [+0.003, +0.085], segment rewards +0.036 [-0.009, +0.080]: the bar is
+met, long-hard gets no stage 2.
+Power, step 2 as written: delta = 0.0219 (half of +0.0437); SD of oracle-first - grpo `online`
+over seeds 0-7 0.0554, sigma_U 0.0996 (7 df); a fixed design needs 165 seeds (53 at the point
+SD); the default rule's simulated power at 165 seeds 0.69.
+Cost (one thread, the other core busy; median seconds a step): grpo 2.49, rredcot 7.26 (2.9x),
+mc 8.75 (3.5x, 4 rollouts at <= 8 boundaries: setups.MC_OPTIONS, kept). A seed of the five
+first arms is about 1.2 core-hours (grpo, oracle-first, shuffled-first 0.15 h each with the
+test evaluation, rredcot 0.35, mc 0.4); 165 seeds about 200 core-hours, four days of both of
+this machine's cores. It does not fit, so step 2's group-sequential plan:
+- Looks after every 8 seeds, at most 208 (seeds 100-307): the fewest multiple of 8 whose
+  simulated power against delta at sigma_U, as run (paired t-tests on the z scale, futility
+  stops taken), is at least 0.8 (0.805). Efficacy: Lan-DeMets O'Brien-Fleming alpha spending,
+  two-sided 0.05 per primary comparison (z bound 12 at look 1, 3.48 at look 10, 2.14 at look
+  26). Futility, non-binding: beta spending of the same type (beta 0.2) against delta at
+  sigma_U (z bound -5.81 at look 1, 0.06 at look 10, meeting the efficacy bound at 26); the
+  efficacy bounds ignore it, so the type I error stays at most 0.05 (0.02 with the stops).
+  Expected seeds: 131 under delta, 85 under no effect. Bounds in main_plan.json
+  (`sequential.design`; its tests reproduce gsDesign's published bounds).
+- Primary comparisons, `online`, each at its own 0.05 (each answers its own question):
+  oracle-first - grpo (the positive control on new seeds), rredcot - grpo, mc - grpo,
+  cheap - grpo. Held-out test accuracy, differences against shuffled-first and the oracle,
+  and the share of the oracle's gain are reported beside them (t-intervals at each look,
+  labelled as not adjusted for the looks).
+- Which arms run how far (`main_plan.progress`): rredcot and mc run seed by seed with grpo,
+  oracle-first and shuffled-first until their comparison stops (efficacy, harm, futility) or
+  reads look 26; the oracle's comparison gates them: its futility or harm stop stops every
+  source (a source cannot show a gain where perfect credit shows none here). cheap runs after
+  both have stopped, through the same looks, as step 3 defines it then; grpo, oracle-first and
+  shuffled-first run at every seed a live source needs.
+- `train`'s default, step 3's rule at the looks: a source qualifies when its comparison stops
+  for efficacy and, at that look, its difference from shuffled-first is above the same z bound;
+  of those the cheapest (within-run ratio); else grpo stays.
+- Every look's decisions go to main_looks.json, committed with the look's results.
+CPU: look 1 (8 seeds, five arms) about 10 core-hours; expected under delta about 155. On this
+machine the plan runs across rounds (every command resumes); a lent 16-core machine would run
+14-16 one-thread runs at once. The main runs use the training code of the commit that adds
+this amendment; a change to it during the study would be an amendment.
 """
 
 from __future__ import annotations
@@ -257,6 +301,7 @@ STAGE1_SEEDS, STAGE2_SEEDS = (0, 1), tuple(range(2, 8))
 CONFIRM_SETUP, CONFIRM_ARMS = "unique", ("grpo", "rredcot-earlier")
 CONFIRM_SEEDS = tuple(range(1000, 1032))
 CONFIRM_INTERIM = 16  # seeds at the interim look
+LOOK_EVERY = 8  # amendment 4: the main study's looks
 
 
 def finished(run: Path, steps: int) -> bool:
@@ -404,18 +449,29 @@ def pilot(out: Path, steps: int) -> None:
     (out / "pilot_choice.json").write_text(json.dumps(choice, indent=1) + "\n")
 
 
-def power(out: Path, steps: int) -> dict:
+def power(out: Path, steps: int, write: bool = False) -> dict:
     """Protocol step 2 from the pilot's runs: the seeds for half the oracle's gain at the
-    pilot SD's upper bound, and the default rule's power there (printed, not decided on)."""
+    pilot SD's upper bound, the default rule's power there (printed, not decided on), and the
+    group-sequential plan of amendment 4 (looks every `LOOK_EVERY` seeds); `write`: the plan
+    to main_plan.json."""
+    from studies.training_regime.main_plan import make_plan
+    from studies.training_regime.sequential import smallest_design
     from studies.training_regime.summarize import pilot_choice, power_plan, rule_power, runs_table
 
     table = runs_table(out, "pilot", steps)
     choice = pilot_choice(table)
-    plan = power_plan(table, choice["chosen"], choice["form"],
-                      span=choice["span"][choice["chosen"]])
+    span = choice["span"][choice["chosen"]]
+    plan = power_plan(table, choice["chosen"], choice["form"], span=span)
     for n in sorted({plan["seeds"], 8, 12, 16, 24}):
         plan[f"rule_power_{n}"] = rule_power(n, plan["delta"], plan["sd_upper"])
+    design = smallest_design(plan["delta"], plan["sd_upper"], LOOK_EVERY)
+    plan["sequential"] = {k: design[k] for k in ("power", "expected_seeds",
+                                                 "expected_seeds_null", "alpha")}
+    plan["sequential"]["max_seeds"] = design["looks"][-1]
     print(json.dumps(plan, indent=1))
+    if write:
+        main = make_plan(choice["chosen"], span, choice["form"], design, power=plan)
+        (out / "main_plan.json").write_text(json.dumps(main, indent=1) + "\n")
     return plan
 
 
@@ -473,6 +529,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("phase", nargs="?", choices=("pilot", "main", "confirm"))
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--steps", type=int, default=STEPS)
+    ap.add_argument("--write", action="store_true", help="power: write main_plan.json")
     args = ap.parse_args(argv)
     out = args.out.resolve()
     if args.what == "summary":
@@ -484,7 +541,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.what == "pilot":
         pilot(out, args.steps)
     elif args.what == "power":
-        power(out, args.steps)
+        power(out, args.steps, args.write)
     elif args.what == "main":
         main_study(out, args.steps)
     else:

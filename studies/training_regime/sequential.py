@@ -1,5 +1,6 @@
-"""Group-sequential boundaries for paired seed differences: Lan-DeMets O'Brien-Fleming alpha
-spending, two-sided, with looks after every k seeds.
+"""Group-sequential plans for paired seed differences: looks after every k seeds, Lan-DeMets
+O'Brien-Fleming alpha spending (two-sided) for efficacy, beta spending of the same type for a
+non-binding futility bound.
 
 Written here because no Python library at hand computes spending-function boundaries (R's
 gsDesign and rpact do); the method is the standard recursive numerical integration of the
@@ -8,9 +9,11 @@ Jennison and Turnbull 2000, ch. 19). Tests check it against gsDesign's published
 and by simulation.
 
 On the z scale: S_k = Z_k sqrt(t_k) is a Brownian motion in the information fraction t with
-drift theta = delta sqrt(N) / sigma at full information (N seeds). A look at n seeds compares
-the paired t-test's two-sided p-value with the boundary's nominal level 2 (1 - Phi(c_k)); the
-plan's power is simulated as it will be run (t-tests, the futility stop taken).
+drift theta = delta sqrt(N) / sigma at full information (N seeds). A look at n seeds puts the
+paired t statistic on the z scale by its tail (`t_to_z`) and compares it with the bounds. The
+futility bound is non-binding: the efficacy bounds are computed as if it did not exist, so
+ignoring it never raises the type I error. The plan's power is simulated as it will be run
+(t-tests, futility stops taken); the maximum seeds are the fewest that reach the power there.
 """
 
 from __future__ import annotations
@@ -21,15 +24,20 @@ import numpy as np
 from scipy import optimize, stats
 
 GRID = 801  # points over the continuation region; boundaries agree with published ones to 1e-3
+CAP = 12.0  # the largest z boundary: a look that may spend less than P(|Z| > 12) spends nothing
+
+
+def ldof_spent(t: float, level: float) -> float:
+    """One-sided `level` spent by information fraction t, Lan-DeMets O'Brien-Fleming type:
+    2 - 2 Phi(z_{1-level/2} / sqrt(t)) (gsDesign's `sfLDOF`, rpact's `asOF`)."""
+    if t <= 0:
+        return 0.0
+    return float(2 - 2 * stats.norm.cdf(stats.norm.ppf(1 - level / 2) / math.sqrt(t)))
 
 
 def obf_spent(t: float, alpha: float = 0.05) -> float:
-    """Two-sided alpha spent by information fraction t: Lan-DeMets O'Brien-Fleming type on
-    each side at alpha / 2 (gsDesign's `sfLDOF`, rpact's `asOF`), so
-    2 (2 - 2 Phi(z_{1-alpha/4} / sqrt(t)))."""
-    if t <= 0:
-        return 0.0
-    return float(2 * (2 - 2 * stats.norm.cdf(stats.norm.ppf(1 - alpha / 4) / math.sqrt(t))))
+    """Two-sided alpha spent by fraction t: `ldof_spent` at alpha / 2 on each side."""
+    return 2 * ldof_spent(t, alpha / 2)
 
 
 def _weights(s: np.ndarray) -> np.ndarray:
@@ -39,25 +47,28 @@ def _weights(s: np.ndarray) -> np.ndarray:
 
 
 class _Walk:
-    """The score statistic's density on the continuation region, look by look."""
+    """The score statistic's density on the continuation region, look by look (a look's
+    region is lo < Z < hi on the z scale)."""
 
     def __init__(self, drift: float):
         self.drift, self.f, self.s, self.t = drift, None, None, 0.0
 
-    def stops(self, t: float, c: float) -> float:
-        """Chance of stopping (either side) at a look at fraction t with z boundary c."""
-        b, dt = c * math.sqrt(t), t - self.t
+    def stops(self, t: float, lo: float, hi: float) -> tuple[float, float]:
+        """Chance of stopping above `hi` and below `lo` at a look at fraction t."""
+        a, b, dt = lo * math.sqrt(t), hi * math.sqrt(t), t - self.t
         sd, shift = math.sqrt(dt), self.drift * dt
         if self.f is None:
-            return float(stats.norm.sf((b - shift) / sd) + stats.norm.cdf((-b - shift) / sd))
-        out = stats.norm.sf((b - self.s - shift) / sd) + stats.norm.cdf((-b - self.s - shift) / sd)
-        return float((self.f * _weights(self.s)) @ out)
+            return (float(stats.norm.sf((b - shift) / sd)),
+                    float(stats.norm.cdf((a - shift) / sd)))
+        w = self.f * _weights(self.s)
+        return (float(w @ stats.norm.sf((b - self.s - shift) / sd)),
+                float(w @ stats.norm.cdf((a - self.s - shift) / sd)))
 
-    def advance(self, t: float, c: float) -> None:
-        """Continue past a look at fraction t with z boundary c."""
-        b, dt = c * math.sqrt(t), t - self.t
+    def advance(self, t: float, lo: float, hi: float) -> None:
+        """Continue past a look at fraction t with region (lo, hi)."""
+        a, b, dt = lo * math.sqrt(t), hi * math.sqrt(t), t - self.t
         sd, shift = math.sqrt(dt), self.drift * dt
-        new = np.linspace(-b, b, GRID)
+        new = np.linspace(a, b, GRID)
         if self.f is None:
             self.f = stats.norm.pdf((new - shift) / sd) / sd
         else:
@@ -66,49 +77,78 @@ class _Walk:
         self.s, self.t = new, t
 
 
-def _stops(times, bounds, drift: float) -> list[float]:
-    """Per look, the chance of stopping there with z boundaries `bounds` (no futility)."""
-    walk, out = _Walk(drift), []
-    for t, c in zip(times, bounds):
-        out.append(walk.stops(t, c))
-        walk.advance(t, c)
-    return out
+def _root(f, target: float, lo: float, hi: float) -> float:
+    """c in [lo, hi] with f(c) = target for f monotone on it; an end when out of reach."""
+    if (f(lo) - target) * (f(hi) - target) > 0:
+        return lo if abs(f(lo) - target) < abs(f(hi) - target) else hi
+    return float(optimize.brentq(lambda c: f(c) - target, lo, hi, xtol=1e-7))
 
 
 def obf_boundaries(looks: int, alpha: float = 0.05, times=None) -> list[float]:
     """Two-sided z boundaries c_1..c_K of Lan-DeMets O'Brien-Fleming spending at the given
     information fractions (default: K equally spaced looks)."""
     times = list(times) if times is not None else [(i + 1) / looks for i in range(looks)]
-    walk, bounds, before = _Walk(0.0), [], 0.0
-    for t in times:
-        target = obf_spent(t, alpha) - before
-        c = float(optimize.brentq(lambda c, t=t, target=target: walk.stops(t, c) - target,
-                                  0.5, 12.0, xtol=1e-7))
+    walk, bounds = _Walk(0.0), []
+    for i, t in enumerate(times):
+        target = obf_spent(t, alpha) - obf_spent(times[i - 1] if i else 0.0, alpha)
+        # at a look that may spend (almost) nothing the boundary is CAP
+        c = _root(lambda c, t=t: sum(walk.stops(t, -c, c)), target, 0.5, CAP)
         bounds.append(c)
-        walk.advance(t, c)
-        before = obf_spent(t, alpha)
+        walk.advance(t, -c, c)
     return bounds
+
+
+def futility_boundaries(times, upper, drift: float, beta: float = 0.2) -> list[float]:
+    """Lower z boundaries a_1..a_K (non-binding futility) by beta spending, Lan-DeMets
+    O'Brien-Fleming type: under the alternative (`drift`), the chance of stopping below a_k at
+    look k is the beta spent between looks k-1 and k; the last look's a_K is its upper bound."""
+    walk, lower = _Walk(drift), []
+    for i, (t, c) in enumerate(zip(times, upper)):
+        if i == len(times) - 1:
+            a = c
+        else:
+            target = ldof_spent(t, beta) - ldof_spent(times[i - 1] if i else 0.0, beta)
+            a = min(_root(lambda a, t=t, c=c: walk.stops(t, a, c)[1], target, -c, c), c)
+        lower.append(max(a, -c))
+        walk.advance(t, lower[-1], c)
+    return lower
+
+
+def _crossings(times, lower, upper, drift: float) -> list[tuple[float, float]]:
+    """Per look, the chance of stopping above and below the region (lower, upper)."""
+    walk, out = _Walk(drift), []
+    for t, a, c in zip(times, lower, upper):
+        out.append(walk.stops(t, a, c))
+        walk.advance(t, a, c)
+    return out
+
+
+def t_to_z(mean, sd, n):
+    """The z with the same one-sided tail as the paired t statistic of n differences (so a
+    look compares t-tests with z boundaries at their nominal levels)."""
+    t = np.asarray(mean) / (np.asarray(sd) / math.sqrt(n))
+    return stats.norm.isf(stats.t.sf(t, n - 1))
 
 
 def simulate(plan: dict, delta: float, sd: float, draws: int = 20000, seed: int = 0,
              futility: bool = True) -> dict:
-    """The plan as it will be run (paired t-tests at the nominal levels, the non-binding
+    """The plan as it will be run (paired t-tests against the z boundaries, the non-binding
     futility stop taken unless `futility` is False), with normal differences: power against
-    `delta` (a significant positive difference), type I error (either side), and the expected
+    `delta` (stopping above), type I error (stopping above or below -z), and the expected
     seeds under each."""
     rng = np.random.default_rng(seed)
-    out = {}
+    out, last = {}, len(plan["looks"]) - 1
     for name, mean in (("power", delta), ("alpha", 0.0)):
         x = rng.normal(mean, sd, size=(draws, plan["looks"][-1]))
         live, wins = np.ones(draws, bool), np.zeros(draws, bool)
         used = np.full(draws, plan["looks"][-1])
         for i, n in enumerate(plan["looks"]):
-            m, s = x[:, :n].mean(axis=1), x[:, :n].std(axis=1, ddof=1)
-            p = 2 * stats.t.sf(np.abs(m / (s / math.sqrt(n))), n - 1)
-            win = live & (p < plan["nominal_p"][i])
-            if name == "power":
-                win &= m > 0
-            stop = win | (futility & live & (m <= 0) & (i < len(plan["looks"]) - 1))
+            z = t_to_z(x[:, :n].mean(axis=1), x[:, :n].std(axis=1, ddof=1), n)
+            c, a = plan["z"][i], plan["futility_z"][i]
+            win = live & ((z >= c) if name == "power" else (np.abs(z) >= c))
+            stop = win | (live & (z <= -c))
+            if futility and i < last:
+                stop |= live & (z <= a)
             wins |= win
             used[stop] = n
             live &= ~stop
@@ -117,21 +157,25 @@ def simulate(plan: dict, delta: float, sd: float, draws: int = 20000, seed: int 
     return out
 
 
-def design(delta: float, sd: float, every: int, max_seeds: int, alpha: float = 0.05) -> dict:
+def design(delta: float, sd: float, every: int, max_seeds: int, alpha: float = 0.05,
+           beta: float = 0.2) -> dict:
     """The plan with looks after every `every` seeds up to `max_seeds` (`looks`: seeds read at
-    each look): z boundaries, nominal
-    p-values, and its power against `delta` (paired SD `sd`) both on the normal approximation
-    (efficacy stops only) and simulated as it will be run."""
+    each look): efficacy z boundaries (two-sided alpha spending) and their nominal p-values,
+    futility z boundaries (beta spending against `delta` with paired SD `sd`), and its power
+    and expected seeds, on the normal scale and simulated as it will be run."""
     seeds = list(range(every, max_seeds + 1, every))
     if seeds[-1] != max_seeds:
         seeds.append(max_seeds)
     times = [n / max_seeds for n in seeds]
-    bounds = obf_boundaries(len(seeds), alpha, times)
+    upper = obf_boundaries(len(seeds), alpha, times)
     theta = delta * math.sqrt(max_seeds) / sd
-    plan = {"looks": seeds, "z": bounds,
-            "nominal_p": [float(2 * stats.norm.sf(c)) for c in bounds],
-            "power_normal": float(sum(_stops(times, bounds, theta))),
-            "alpha_normal": float(sum(_stops(times, bounds, 0.0)))}
+    lower = futility_boundaries(times, upper, theta, beta)
+    plan = {"looks": seeds, "z": upper, "futility_z": lower,
+            "nominal_p": [float(2 * stats.norm.sf(c)) for c in upper],
+            "delta": delta, "sd": sd, "alpha_spent": alpha, "beta_spent": beta,
+            "power_normal": float(sum(u for u, _ in _crossings(times, lower, upper, theta))),
+            "alpha_normal": float(sum(u + d for u, d in _crossings(
+                times, [-c for c in upper], upper, 0.0)))}
     plan.update(simulate(plan, delta, sd))
     return plan
 
@@ -141,29 +185,33 @@ def smallest_design(delta: float, sd: float, every: int, power: float = 0.8,
     """The group-sequential plan with the fewest maximum seeds (a multiple of `every`, at least
     two looks) whose simulated power against `delta` is at least `power`."""
     for n in range(2 * every, limit + 1, every):
-        plan = design(delta, sd, every, n, alpha)
+        plan = design(delta, sd, every, n, alpha, 1 - power)
         if plan["power"] >= power:
             return plan
     raise ValueError(f"no plan up to {limit} seeds reaches power {power}")
 
 
 def look(differences, plan: dict, index: int) -> dict:
-    """The decision at look `index` (0-based) from the paired differences of its seeds:
-    `efficacy` (or `harm`, for a negative mean) when the two-sided t-test p-value is below the
-    look's nominal level, `futility` (non-binding) when the mean is at most 0 at an interim look,
-    else `continue` (at the last look: `not significant`)."""
+    """The decision at look `index` (0-based) from the paired differences of its seeds (their
+    t statistic on the z scale, `t_to_z`): `efficacy` at or above the look's z boundary,
+    `harm` at or below minus it, `futility` (non-binding) at or below its futility boundary
+    before the last look, else `continue` (at the last look: `not significant`)."""
     d = np.asarray(differences, dtype=float)
     n, last = len(d), index == len(plan["looks"]) - 1
     if n != plan["looks"][index]:
         raise ValueError(f"look {index + 1} reads {plan['looks'][index]} seeds, got {n}")
-    p = float(stats.ttest_1samp(d, 0).pvalue)
-    if p < plan["nominal_p"][index]:
-        verdict = "efficacy" if d.mean() > 0 else "harm"
+    z = float(t_to_z(d.mean(), d.std(ddof=1), n))
+    c, a = plan["z"][index], plan["futility_z"][index]
+    if z >= c:
+        verdict = "efficacy"
+    elif z <= -c:
+        verdict = "harm"
     elif last:
         verdict = "not significant"
-    elif d.mean() <= 0:
+    elif z <= a:
         verdict = "futility"
     else:
         verdict = "continue"
-    return {"look": index + 1, "seeds": n, "mean": float(d.mean()), "p": p,
-            "nominal_p": plan["nominal_p"][index], "verdict": verdict}
+    return {"look": index + 1, "seeds": n, "mean": float(d.mean()), "z": z,
+            "p": float(stats.ttest_1samp(d, 0).pvalue), "z_bound": c, "futility_z": a,
+            "verdict": verdict}
