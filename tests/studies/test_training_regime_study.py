@@ -431,7 +431,7 @@ def test_sequential_plan_spends_alpha_and_reaches_its_power():
     for mean in (0.0, 0.02):
         x = rng.normal(mean, 0.04, size=(40000, 40))
         live, up = np.ones(len(x), bool), np.zeros(len(x), bool)
-        for i, (n, c, a) in enumerate(zip(plan["looks"], plan["z"], plan["futility_z"])):
+        for n, c, a in zip(plan["looks"], plan["z"], plan["futility_z"]):
             z = x[:, :n].mean(axis=1) / (0.04 / np.sqrt(n))  # known SD: the z scale
             if mean == 0.0:
                 up |= live & (np.abs(z) >= c)
