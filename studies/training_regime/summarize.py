@@ -180,12 +180,13 @@ def confirm_decision(table, arm: str = "rredcot-earlier", seeds=tuple(range(1000
 
 
 def control_span(arms) -> str:
-    """The span of a setup's controls: `first` when its runs have the first-error oracle or
-    its shuffled control and neither of the `rest` ones (amendment 3's main study)."""
-    arms = set(arms)
-    rest = {f"{c}{f}" for c in ("oracle", "shuffled") for f in ("", "-sr")}
-    return "first" if not arms & rest and arms & {f"{a}-first{f}" for a in ("oracle", "shuffled")
-                                                   for f in ("", "-sr")} else "rest"
+    """The span of a setup's controls: the one whose oracle and shuffled arms have more runs
+    (`arms`: one entry per run), `rest` on a tie. A main study on the first-error oracle has
+    only `first` ones; the pilot's long setups have more `first` runs after stage 2."""
+    arms = list(arms)
+    count = {span: sum(a.removesuffix("-sr") in (f"oracle{span}", f"shuffled{span}")
+                       for a in arms) for span in ("", "-first")}
+    return "first" if count["-first"] > count[""] else "rest"
 
 
 def summary_rows(table, base_arms=("grpo",)) -> list[dict]:

@@ -141,7 +141,8 @@ def test_main_summary_compares_with_the_first_error_controls():
                                               ("shuffled-first", -0.01), ("rredcot", 0.01))]
     table = pd.DataFrame(rows)
     assert S.control_span(table.arm) == "first"
-    assert S.control_span([*table.arm, "oracle"]) == "rest"
+    assert S.control_span([*table.arm, "oracle"]) == "first"  # more first-error runs
+    assert S.control_span([*table.arm, *["oracle"] * 4, *["shuffled-sr"] * 4]) == "rest"  # tie
     row = next(r for r in S.summary_rows(table) if r["arm"] == "rredcot")
     assert row["online_vs_shuffled"] == pytest.approx(0.02 + 0.0015)
     assert row["online_vs_oracle"] == pytest.approx(-0.03 + 0.0015)
