@@ -102,3 +102,26 @@ def write_progress(out: Path, table, plan: dict) -> dict:
     result = progress(table, plan)
     (out / "main_looks.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
     return result
+
+
+def looks_markdown(state: dict, plan: dict) -> str:
+    """The group-sequential decisions so far: per primary comparison its state and each look
+    it read (mean, z, its bounds, verdict), and the default rule's standing."""
+    roles = plan["roles"]
+    lines = ["## Looks (the plan's decisions)\n",
+             "| comparison | state | look | seeds | mean | z | efficacy z | futility z | verdict |",
+             "|---" * 9 + "|"]
+    for role, looks in state["comparisons"].items():
+        name = f"{roles[role]} − grpo"
+        if not looks:
+            lines.append(f"| {name} | {state['state'][role]} | – | – | – | – | – | – | – |")
+        for r in looks:
+            lines.append(f"| {name} | {state['state'][role]} | {r['look']} | {r['seeds']} | "
+                         f"{r['mean']:+.3f} | {r['z']:+.2f} | {r['z_bound']:.2f} | "
+                         f"{r['futility_z']:+.2f} | {r['verdict']} |")
+    qualifies = [roles[r] for r, d in state["default"].items() if d["qualifies"]]
+    lines += ["", f"Default rule (efficacy against grpo and against {roles['shuffled']} at the "
+              f"same look): {', '.join(qualifies) if qualifies else 'no source qualifies yet'}. "
+              "The t-intervals in the tables above are not adjusted for the looks; the "
+              "decisions are these.", ""]
+    return "\n".join(lines)

@@ -341,6 +341,11 @@ def summarize(out: Path, phase: str, *, steps: int) -> None:
         (out / "pilot_choice.json").write_text(json.dumps(choice, indent=1) + "\n")
     if phase == "confirm":
         text += "\n" + json.dumps(confirm_decision(table), indent=1) + "\n"
+    if phase == "main" and (out / "main_plan.json").is_file():
+        from studies.training_regime.main_plan import looks_markdown, write_progress
+
+        plan = json.loads((out / "main_plan.json").read_text())
+        text = looks_markdown(write_progress(out, table, plan), plan) + "\n" + text
     (out / f"{phase}_summary.md").write_text(text)
     print(text)
     for setup, t in table.groupby("regime", sort=False):

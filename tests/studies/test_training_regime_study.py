@@ -524,3 +524,18 @@ def test_main_plan_oracle_futility_stops_the_sources():
     assert state["state"]["rredcot"] == "continue" or state["state"]["rredcot"].startswith(
         "stopped with the oracle")
     assert state["done"] and state["next_seeds"] == []
+
+
+def test_main_summary_shows_each_look(tmp_path):
+    """`summary main` puts the plan's decisions above the tables and writes main_looks.json."""
+    from studies.training_regime.main_plan import looks_markdown, make_plan, write_progress
+    from studies.training_regime.sequential import design
+
+    plan = make_plan("long-g4", "first", "reweight", design(0.02, 0.04, 4, 12))
+    table = _main_table(plan, {"oracle": 0.1, "rredcot": 0.1}, 8)
+    table = table[table.arm != "cheap"]
+    state = write_progress(tmp_path, table, plan)
+    assert json.loads((tmp_path / "main_looks.json").read_text())["state"] == state["state"]
+    text = looks_markdown(state, plan)
+    assert "| rredcot − grpo | efficacy |" in text and "| cheap − grpo | live | – |" in text
+    assert "Default rule" in text and "rredcot" in text.split("Default rule")[1]
