@@ -29,10 +29,11 @@ from cotcredit.methods.mc import McOptions, Rollout
 from cotcredit.methods.mc_prior import paths_credits
 from cotcredit.methods.mc_replay import SavedTrace, prompt_len_of_fixed_run, replay
 
-#: The benchmark's version-2 run (read only) and this study's own outputs.
-BENCH = Path(os.environ.get("VALUE_COST_BENCH", "/work/runs/bench"))
-OUT = Path(os.environ.get("VALUE_COST_OUT", "/work/runs/value_cost"))
 HERE = Path(__file__).resolve().parent
+#: The benchmark's version-2 run (read only; `python -m studies.bench.full run` writes it there
+#: by default) and this study's own outputs (ignored by git).
+BENCH = Path(os.environ.get("VALUE_COST_BENCH", HERE.parent / "bench" / "run"))
+OUT = Path(os.environ.get("VALUE_COST_OUT", HERE / "runs"))
 REGIMES = ("unique", "multipath", "forecast", "long")
 METRICS = ("loc", "dep", "ws")
 RESULT_COLUMNS = ["config", "trace_id", "problem", "forward", "generated", *METRICS]
