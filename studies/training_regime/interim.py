@@ -8,7 +8,7 @@ the dev problems (a problem's samples together), from the correct counts per pro
 `run_study outcomes` recomputes. These intervals cover problems and samples within one run,
 not the variation between training seeds.
 
-- `unit_values`: one run's units (a long table, written as `pilot_units.csv`).
+- `unit_values`: one run's units (a long table, written as `pilot_units.csv.gz`).
 - `within_seed`: arm − base on the units both have, with its bootstrap interval.
 - `interim_markdown`: the table per setup and seed, and runs that stopped early.
 """

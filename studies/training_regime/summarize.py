@@ -5,7 +5,7 @@
 - `confirm_decision`: the confirmatory run's sequential rule.
 - `summarize`: `<phase>_runs.csv`, `<phase>_summary.csv|md` and the curves; for a pilot whose
   stage 1 is incomplete, first the within-seed table (`interim.py`, amendment 2) and
-  `pilot_units.csv`, the per-step rewards and per-problem dev scores its intervals resample.
+  `pilot_units.csv.gz`, the per-step rewards and per-problem dev scores its intervals resample.
   Tracked: the CSV and Markdown files; not the curves, nor `runs/` (checkpoints).
 
 The per-run numbers and paired statistics are the earlier study's (`studies.training.summarize`).
@@ -311,10 +311,10 @@ def _gain_cell(g: dict) -> str:
 
 
 def interim_pilot(out: Path, table, steps: int) -> str:
-    """Before stage 1 is complete (amendment 2): the within-seed table, from `pilot_units.csv`
+    """Before stage 1 is complete (amendment 2): the within-seed table, from `pilot_units.csv.gz`
     (written here: the units the intervals resample)."""
     units = units_table(out, "pilot", steps)
-    units.to_csv(out / "pilot_units.csv", index=False)
+    units.to_csv(out / "pilot_units.csv.gz", index=False)  # gzip: the tracked tree is bounded
     rows = interim_rows(table, units, FORMS)
     return ("## Interim: stage 1 incomplete, nothing chosen\n\n" + interim_markdown(
         rows, partial_runs(out, "pilot", steps), start_accuracies(out), steps) +

@@ -305,7 +305,7 @@ def test_pilot_summary_before_stage1_completes(tmp_path):
     text = (tmp_path / "pilot_summary.md").read_text()
     assert text.startswith("## Interim: stage 1 incomplete, nothing chosen")
     assert "(no interval)" in text and "Stopped early: long-hard grpo seed 0 at step 113" in text
-    units = pd.read_csv(tmp_path / "pilot_units.csv")
+    units = pd.read_csv(tmp_path / "pilot_units.csv.gz")
     assert len(units) == 6 * 75 + 5 * 30  # one run's redo is left out
     assert not json.loads((tmp_path / "pilot_choice.json").read_text())["complete"]
 
