@@ -284,6 +284,7 @@ import argparse
 import gc
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -352,7 +353,8 @@ def claim(run: Path) -> bool:
     taken over (its run resumes from its last checkpoint)."""
     lock = run.parent / f"{run.name}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
-    mine = lock.parent / f"{run.name}.lock.{os.getpid()}"
+    # the temporary name is unique per thread too: threads of one process share its id
+    mine = lock.parent / f"{run.name}.lock.{os.getpid()}.{threading.get_ident()}"
     mine.write_text(str(os.getpid()))
     try:
         while True:
