@@ -111,12 +111,11 @@ def say(line: str) -> None:
 
 def split_traces(regime, split: str, where: Path) -> Path:
     """The split's labelled traces (first problems × 4 samples of the cache) in `where`."""
-    from cotcredit.bench.run import _from_cache
     from cotcredit.bench.sizes import BenchSize
-    from cotcredit.bench.traces import default_folder
+    from cotcredit.bench.traces import cached_lines, default_folder
 
     size = BenchSize(problems=SIZES[split], samples=4, rollouts=0)
-    lines, missing = _from_cache(regime, split, size, default_folder())
+    lines, missing = cached_lines(regime, split, size, default_folder())
     if missing:
         raise SystemExit(f"{regime.name} {split}: {len(missing)} traces not cached yet")
     path = where / "traces.jsonl"

@@ -35,6 +35,7 @@ from typing import Any
 
 from cotcredit.bench.labelled import LabelledTraces
 from cotcredit.bench.sizes import SIZE_METHODS, BenchSize, bench_size, size_label
+from cotcredit.bench.traces import cached_lines, check_cached, default_folder
 from cotcredit.bench.variants import (
     REFERENCE,
     MethodRun,
@@ -47,6 +48,7 @@ from cotcredit.bench.variants import (
 from cotcredit.errors import UserError
 from cotcredit.options import option
 from cotcredit.store import io
+from cotcredit.store.claims import claim
 
 SPLITS = ("dev", "test")
 SEGMENTS_FILE = "segments.parquet"
@@ -258,7 +260,7 @@ class _Bench:
         runs = method_runs(methods, with_sets(read_variants(opts.config), opts.sets))
         if out.exists() and not out.is_dir():
             raise UserError(f"{out}: exists and is not a folder")
-        root = Path(opts.cache).expanduser() if opts.cache is not None else _default_cache()
+        root = Path(opts.cache).expanduser() if opts.cache is not None else default_folder()
         bench = cls(chosen, runs, opts, out, root / size_label(opts.size), progress,
                     log or (lambda line: None), t0)
         for r in resolve_regimes(None) if absent else ():
@@ -271,7 +273,7 @@ class _Bench:
                     continue
                 for split in SPLITS:
                     if bench.shipped(r, split) is None:
-                        _check_cached(r, split, bench.size(r), bench.cache)
+                        check_cached(r, split, bench.size(r), bench.cache)
         return bench
 
     def size(self, regime: Any) -> BenchSize:
@@ -299,23 +301,37 @@ class _Bench:
         if why is not None:
             self.failures.append(f"{name}: cannot run: {why}")
             return None
+        wheres = {split: self.out / name / split for split in SPLITS}
         try:
             scorer = self._scorer(regime)
-            traces = {split: self.traces(regime, split, scorer) for split in SPLITS}
+            traces = {}
+            for split, where in wheres.items():
+                with claim(where, "traces"):  # another process may be sampling them
+                    traces[split] = self.traces(regime, split, scorer)
         except Exception as exc:  # noqa: BLE001 - a broken regime must not lose the others
             self.failures.append(f"{name}: could not prepare the regime ({_one_line(exc)})")
             return None
+        # Every split's tables first, leaving those another process holds to it; then each
+        # split's metrics, once that process has let go of them.
+        scored = {split: self.score(regime, traces[split], where, scorer, self.runs, False)
+                  for split, where in wheres.items()}
         tables = []
-        for split in SPLITS:
-            where = self.out / name / split
-            where.mkdir(parents=True, exist_ok=True)
-            scored = self.score(regime, traces[split], where, scorer)
-            metrics = self.metrics(regime, traces[split], where, scored)
+        for split, where in wheres.items():
+            left = [run for run in self.runs if run.label in scored[split]
+                    and scored[split][run.label] is None]
+            if left:
+                self.say(f"{name} {split}: waiting for {', '.join(r.label for r in left)} "
+                         "(another process)")
+                scored[split] |= self.score(regime, traces[split], where, scorer, left, True)
+            done = {lab: table for lab, table in scored[split].items() if table is not None}
+            metrics = self.metrics(regime, traces[split], where, done)
             if metrics is not None:
                 tables.append(metrics.assign(regime=name, split=split))
         if self.opts.reports:
             try:
-                self.report(regime, traces["test"])
+                with claim(self.out / name, "report", wait=False) as mine:
+                    if mine:  # else another process writes them
+                        self.report(regime, traces["test"])
             except Exception as exc:  # noqa: BLE001 - the leaderboard does not need it
                 self.failures.append(f"{name}: the compare report or explorer failed "
                                      f"({_one_line(exc)})")
@@ -353,7 +369,7 @@ class _Bench:
     def cached(self, regime: Any, split: str) -> list[str] | None:
         """The split's traces from the cache, when it holds every one of them (a larger set
         cached there is read, never rewritten: it may serve other work)."""
-        lines, missing = _from_cache(regime, split, self.size(regime), self.cache)
+        lines, missing = cached_lines(regime, split, self.size(regime), self.cache)
         return None if missing else lines
 
     def traces(self, regime: Any, split: str, scorer: Any) -> Path:
@@ -389,40 +405,59 @@ class _Bench:
 
     # ------------------------------------------------------------------------- a split
 
-    def score(self, regime: Any, traces: Path, where: Path, scorer: Any) -> dict[str, Path]:
-        """Segmentation, then every method on it; label -> table of each method that ran."""
-        from cotcredit.pipeline.run import SEGMENTS, InputOptions, run_analysis
+    def score(self, regime: Any, traces: Path, where: Path, scorer: Any,
+              runs: Sequence[MethodRun], wait: bool) -> dict[str, Path | None]:
+        """Segmentation, then ``runs`` on it: label -> table of each method that ran, None
+        for one another process holds (with ``wait``: after it lets go, resumed here: a
+        no-op when that process finished it). Failed methods are left out."""
+        from cotcredit.pipeline.run import SEGMENTS, run_analysis
         from cotcredit.segmentation import SegmentOptions
 
         size, split = self.size(regime), where.name
         common = {"overwrite": self.opts.overwrite, "keep_rows": False,
                   "progress": self.progress}
         segments = where / SEGMENTS_FILE
-        self.say(f"{regime.name} {split}: segmentation (one segment per step or line)")
-        run_analysis(traces, scorer, segment_options=SegmentOptions(segments="lines"),
-                     outputs={SEGMENTS: segments}, **common)
-        done: dict[str, Path] = {}
-        for run in self.runs:
+        with claim(where, "segments"):
+            self.say(f"{regime.name} {split}: segmentation (one segment per step or line)")
+            run_analysis(traces, scorer, segment_options=SegmentOptions(segments="lines"),
+                         outputs={SEGMENTS: segments}, **common)
+        done: dict[str, Path | None] = {}
+        for run in runs:
             cap = size.traces_for(split, run.method)
             if cap == 0:
                 continue
-            table = where / f"{run.label}.parquet"
-            rollouts = where / ROLLOUTS_FILE if run.method == REFERENCE else None
-            try:
-                options = regime_options(run, regime.exit_string, regime.sampling,
-                                         size.rollouts, self.opts.seed, rollouts)
-                self.say(f"{regime.name} {split}: {run.label}")
-                run_analysis(traces, scorer, methods={run.method: options},
-                             segments_file=segments, inputs=InputOptions(max_traces=cap),
-                             outputs=dict.fromkeys(run.labels(), table), timings=True,
-                             rename=run.rename() or None, **common)
-            except Exception as exc:  # noqa: BLE001 - one method failing keeps the others
-                self.failures.append(f"{regime.name}: {run.label} failed on the {split} "
-                                     f"split ({_one_line(exc)})")
-                (where / f"{run.label}.error.txt").write_text(traceback.format_exc())
-                continue
-            done[run.label] = table
+            with claim(where, run.label, wait) as mine:
+                if not mine:
+                    self.say(f"{regime.name} {split}: {run.label} is being scored by another "
+                             "process; on to the next")
+                    done[run.label] = None
+                    continue
+                if self._score_one(regime, run, traces, where, scorer, cap, segments, common):
+                    done[run.label] = where / f"{run.label}.parquet"
         return done
+
+    def _score_one(self, regime: Any, run: MethodRun, traces: Path, where: Path, scorer: Any,
+                   cap: int | None, segments: Path, common: dict) -> bool:
+        """One method on one split (resumed per trace); False when it failed."""
+        from cotcredit.pipeline.run import InputOptions, run_analysis
+
+        size, split = self.size(regime), where.name
+        table = where / f"{run.label}.parquet"
+        rollouts = where / ROLLOUTS_FILE if run.method == REFERENCE else None
+        try:
+            options = regime_options(run, regime.exit_string, regime.sampling, size.rollouts,
+                                     self.opts.seed, rollouts)
+            self.say(f"{regime.name} {split}: {run.label}")
+            run_analysis(traces, scorer, methods={run.method: options}, segments_file=segments,
+                         inputs=InputOptions(max_traces=cap),
+                         outputs=dict.fromkeys(run.labels(), table), timings=True,
+                         rename=run.rename() or None, **common)
+        except Exception as exc:  # noqa: BLE001 - one method failing keeps the others
+            self.failures.append(f"{regime.name}: {run.label} failed on the {split} split "
+                                 f"({_one_line(exc)})")
+            (where / f"{run.label}.error.txt").write_text(traceback.format_exc())
+            return False
+        return True
 
     def metrics(self, regime: Any, traces: Path, where: Path, scored: dict[str, Path]):
         """The split's metrics from its tables (``metrics.csv``); None without tables."""
@@ -508,39 +543,6 @@ def missing_model(regime: Any) -> str | None:
             Path(location) / "config.json").exists():
         return f"no checkpoint at {location}"
     return None
-
-
-def _default_cache() -> Path:
-    from cotcredit.bench.traces import default_folder
-
-    return default_folder()
-
-
-def _from_cache(regime: Any, split: str, size: BenchSize, cache: Path
-                ) -> tuple[list[str], list[tuple[str, int]]]:
-    """The cached trace lines the split needs (problem and sample order) and the (problem id,
-    sample) of those the cache lacks."""
-    path = cache / regime.name / split / "traces.jsonl"
-    found = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                r = json.loads(line)
-                found[(str(r.get("problem_id")), int(r.get("sample", 0)))] = line
-    wanted = [(p.id, j) for p in regime.problems(split, size.problems_for(split))
-              for j in range(size.samples)]
-    return [found[k] for k in wanted if k in found], [k for k in wanted if k not in found]
-
-
-def _check_cached(regime: Any, split: str, size: BenchSize, cache: Path) -> None:
-    """A one-line error unless the cache holds every trace the split needs."""
-    lines, missing = _from_cache(regime, split, size, cache)
-    if missing:
-        path = cache / regime.name / split / "traces.jsonl"
-        raise UserError(f"{path}: {len(missing)} of the {len(lines) + len(missing)} traces of "
-                        f"the {regime.name} {split} split are not cached; run without "
-                        f"--no-generate (or `python -m cotcredit.bench.traces {regime.name}`) "
-                        "to sample them")
 
 
 def _records(path: Path) -> list[dict]:

@@ -39,6 +39,7 @@ from pathlib import Path
 from cotcredit.bench.regimes import get_regime
 from cotcredit.bench.regimes.base import Problem, Regime, write_problems
 from cotcredit.bench.regimes.hops import EMBEDDED
+from cotcredit.errors import UserError
 
 # The trace sets of the full benchmark: (problems, samples per problem) of each regime's dev
 # and test splits, sized for at least 150 traces with a wrong step and a wrong answer per split
@@ -67,6 +68,34 @@ def shipped_traces(regime: str, split: str) -> Path | None:
 def default_folder() -> Path:
     """Where the benchmark's traces are cached: `$COTCREDIT_CACHE/bench` (~/.cache/cotcredit)."""
     return Path(os.environ.get("COTCREDIT_CACHE", Path.home() / ".cache" / "cotcredit")) / "bench"
+
+
+def cached_lines(regime: Regime, split: str, size, folder: Path
+                 ) -> tuple[list[str], list[tuple[str, int]]]:
+    """The cached trace lines a split of ``size`` (a ``BenchSize``: ``problems_for``,
+    ``samples``) needs, in problem and sample order, and the (problem id, sample) of those
+    the cache in ``folder`` lacks."""
+    path = Path(folder) / regime.name / split / "traces.jsonl"
+    found = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                r = json.loads(line)
+                found[(str(r.get("problem_id")), int(r.get("sample", 0)))] = line
+    wanted = [(p.id, j) for p in regime.problems(split, size.problems_for(split))
+              for j in range(size.samples)]
+    return [found[k] for k in wanted if k in found], [k for k in wanted if k not in found]
+
+
+def check_cached(regime: Regime, split: str, size, folder: Path) -> None:
+    """A one-line error unless the cache in ``folder`` holds every trace the split needs."""
+    lines, missing = cached_lines(regime, split, size, folder)
+    if missing:
+        path = Path(folder) / regime.name / split / "traces.jsonl"
+        raise UserError(f"{path}: {len(missing)} of the {len(lines) + len(missing)} traces of "
+                        f"the {regime.name} {split} split are not cached; run without "
+                        f"--no-generate (or `python -m cotcredit.bench.traces {regime.name}`) "
+                        "to sample them")
 
 
 def model_argument(regime: Regime) -> str | None:

@@ -1,0 +1,106 @@
+"""Several processes on one bench folder divide its work: a claim per method table, metrics
+once every table is there, a dead holder never blocks."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import textwrap
+
+import pandas as pd
+
+from cotcredit.bench import BenchSize, run_bench
+from cotcredit.store.claims import claim
+
+TINY = BenchSize(problems=3, samples=2, rollouts=4, n_boot=50, splits=2)
+HOLDER = textwrap.dedent("""
+    import sys
+    from cotcredit.store.claims import claim
+    with claim(sys.argv[1], "loo", wait=False) as mine:
+        print("held" if mine else "refused", flush=True)
+        sys.stdin.read()
+""")
+
+
+def _bench(out, cache, log=None):
+    return run_bench("unique", "rredcot,loo", size=TINY, threads=1, output=out, cache=cache,
+                     reports=False, log=log)
+
+
+def _timeless(frame: pd.DataFrame) -> pd.DataFrame:
+    """Everything but wall times, which differ from run to run."""
+    frame = frame.drop(columns=[c for c in frame.columns if c == "seconds"])
+    if "statistic" in frame.columns:
+        frame = frame[frame["statistic"] != "seconds"].reset_index(drop=True)
+    return frame
+
+
+def test_a_claim_excludes_other_processes_and_dies_with_its_holder(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with claim(tmp_path, "loo", wait=False) as mine:
+            assert not mine
+        with claim(tmp_path, "rredcot", wait=False) as mine:  # other work stays free
+            assert mine
+    finally:
+        holder.kill()  # killed, never released by hand
+        holder.wait()
+    with claim(tmp_path, "loo", wait=False) as mine:
+        assert mine
+
+
+def test_a_method_held_elsewhere_is_left_then_awaited_and_the_results_match(tmp_path):
+    cache = tmp_path / "cache"
+    alone = _bench(tmp_path / "alone", cache)
+    out = tmp_path / "shared"
+    test = out / "unique" / "test"
+    held = contextlib.ExitStack()
+    assert held.enter_context(claim(test, "loo", wait=False))
+    lines, seen = [], {}
+
+    def log(line):
+        lines.append(line)
+        if "waiting for loo" in line:  # the other process finishes: let go
+            seen.update({split: sorted(p.name for p in (out / "unique" / split).glob(
+                "*.parquet")) for split in ("dev", "test")})
+            held.close()
+
+    shared = _bench(out, cache, log)
+    assert shared.failures == []
+    assert "unique test: loo is being scored by another process; on to the next" in lines
+    # everything else was scored before it waited, the held table not yet
+    every = ["loo.parquet", "mc.parquet", "rollouts.parquet", "rredcot.parquet",
+             "segments.parquet"]
+    assert seen == {"dev": every, "test": every[1:]}
+    assert (test / "loo.parquet").exists()  # then scored here: its holder left it undone
+    pd.testing.assert_frame_equal(_timeless(shared.leaderboard), _timeless(alone.leaderboard))
+    pd.testing.assert_frame_equal(_timeless(shared.results), _timeless(alone.results))
+
+
+def test_two_processes_on_one_folder_write_what_one_would(tmp_path):
+    cache = tmp_path / "cache"
+    alone = _bench(tmp_path / "alone", cache)  # also samples the cache both will read
+    out = tmp_path / "shared"
+    code = textwrap.dedent(f"""
+        from cotcredit.bench import BenchSize, run_bench
+        run_bench("unique", "rredcot,loo", size=BenchSize(problems=3, samples=2, rollouts=4,
+                  n_boot=50, splits=2), threads=1, output={str(out)!r}, cache={str(cache)!r},
+                  reports=False, log=lambda line: print(line, flush=True))
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs
+    board = pd.read_csv(out / "leaderboard.csv")
+    alone_board = pd.read_csv(tmp_path / "alone" / "leaderboard.csv")
+    pd.testing.assert_frame_equal(_timeless(board), _timeless(alone_board))
+    for split in ("dev", "test"):
+        for label in ("rredcot", "loo", "mc"):
+            mine = pd.read_parquet(out / "unique" / split / f"{label}.parquet")
+            theirs = pd.read_parquet(tmp_path / "alone" / "unique" / split / f"{label}.parquet")
+            assert len(mine) == len(theirs)  # every row once: no trace scored twice
+            pd.testing.assert_series_equal(mine["score"], theirs["score"])
+    assert alone.failures == []
