@@ -104,6 +104,23 @@ def write_progress(out: Path, table, plan: dict) -> dict:
     return result
 
 
+def look_table(table, state: dict, plan: dict):
+    """The runs of the newest look's seeds (the plan's first n, n the most seeds any
+    comparison has read), and a line saying so; every run, and no line, before the first
+    look. Finished runs of later seeds wait for their look: with them, arms would be averaged
+    over different seeds."""
+    n = max((looks[-1]["seeds"] for looks in state["comparisons"].values() if looks),
+            default=0)
+    if not n:
+        return table, ""
+    seeds = plan["seeds"][:n]
+    later = sorted(set(table.seed) - set(seeds))
+    line = (f"The tables below read seeds {seeds[0]}-{seeds[-1]}, the newest look's"
+            + (f"; {int((table.seed.isin(later)).sum())} finished runs of later seeds wait "
+               "for the next look (main_runs.csv has them)." if later else "."))
+    return table[table.seed.isin(seeds)], line
+
+
 def looks_markdown(state: dict, plan: dict) -> str:
     """The group-sequential decisions so far: per primary comparison its state and each look
     it read (mean, z, its bounds, verdict), and the default rule's standing."""
@@ -122,6 +139,6 @@ def looks_markdown(state: dict, plan: dict) -> str:
     qualifies = [roles[r] for r, d in state["default"].items() if d["qualifies"]]
     lines += ["", f"Default rule (efficacy against grpo and against {roles['shuffled']} at the "
               f"same look): {', '.join(qualifies) if qualifies else 'no source qualifies yet'}. "
-              "The t-intervals in the tables above are not adjusted for the looks; the "
+              "The t-intervals in the tables below are not adjusted for the looks; the "
               "decisions are these.", ""]
     return "\n".join(lines)

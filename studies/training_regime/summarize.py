@@ -330,9 +330,17 @@ def summarize(out: Path, phase: str, *, steps: int) -> None:
         print(f"no finished {phase} runs yet")
         return
     table.to_csv(out / f"{phase}_runs.csv", index=False)
+    looks = ""
+    if phase == "main" and (out / "main_plan.json").is_file():
+        from studies.training_regime.main_plan import look_table, looks_markdown, write_progress
+
+        plan = json.loads((out / "main_plan.json").read_text())
+        state = write_progress(out, table, plan)
+        table, line = look_table(table, state, plan)
+        looks = looks_markdown(state, plan) + (f"{line}\n" if line else "") + "\n"
     rows = summary_rows(table)
     pd.DataFrame(rows).to_csv(out / f"{phase}_summary.csv", index=False)
-    text = summary_markdown(rows)
+    text = looks + summary_markdown(rows)
     if phase == "pilot":
         text = pilot_markdown(table, out) + "\n" + text
         choice = pilot_choice(table)
@@ -341,11 +349,6 @@ def summarize(out: Path, phase: str, *, steps: int) -> None:
         (out / "pilot_choice.json").write_text(json.dumps(choice, indent=1) + "\n")
     if phase == "confirm":
         text += "\n" + json.dumps(confirm_decision(table), indent=1) + "\n"
-    if phase == "main" and (out / "main_plan.json").is_file():
-        from studies.training_regime.main_plan import looks_markdown, write_progress
-
-        plan = json.loads((out / "main_plan.json").read_text())
-        text = looks_markdown(write_progress(out, table, plan), plan) + "\n" + text
     (out / f"{phase}_summary.md").write_text(text)
     print(text)
     for setup, t in table.groupby("regime", sort=False):

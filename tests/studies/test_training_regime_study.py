@@ -539,3 +539,24 @@ def test_main_summary_shows_each_look(tmp_path):
     text = looks_markdown(state, plan)
     assert "| rredcot − grpo | efficacy |" in text and "| cheap − grpo | live | – |" in text
     assert "Default rule" in text and "rredcot" in text.split("Default rule")[1]
+
+
+def test_main_summary_tables_read_the_newest_looks_seeds():
+    """After a look, the summary's tables read that look's seeds only: a later seed's finished
+    runs (here grpo and the oracle of the next seed) would average arms over other seeds."""
+    from studies.training_regime.main_plan import look_table, make_plan, progress
+    from studies.training_regime.sequential import design
+
+    plan = make_plan("long-g4", "first", "reweight", design(0.02, 0.04, 4, 12))
+    before = _main_table(plan, {}, 3)
+    kept, line = look_table(before, progress(before, plan), plan)
+    assert kept is before and line == ""  # no look yet: every run
+    table = _main_table(plan, {"oracle": 0.01}, 5)
+    table = table[(table.arm != "cheap") & ((table.seed < 104) | table.arm.isin(
+        ["grpo", "oracle-first"]))]
+    state = progress(table, plan)
+    assert state["comparisons"]["oracle"][-1]["seeds"] == 4
+    kept, line = look_table(table, state, plan)
+    assert sorted(set(kept.seed)) == [100, 101, 102, 103]
+    assert kept.equals(table[table.seed < 104])
+    assert line.startswith("The tables below read seeds 100-103") and "2 finished runs" in line
