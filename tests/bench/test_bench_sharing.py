@@ -104,3 +104,29 @@ def test_two_processes_on_one_folder_write_what_one_would(tmp_path):
             assert len(mine) == len(theirs)  # every row once: no trace scored twice
             pd.testing.assert_series_equal(mine["score"], theirs["score"])
     assert alone.failures == []
+
+
+def test_overwrite_replaces_only_tables_of_other_runs(tmp_path, monkeypatch):
+    """--overwrite keeps what it promises (replace tables written with other options) and no
+    more: a table of this run is resumed, so a sibling process's fresh work is never redone."""
+    import dataclasses
+
+    from cotcredit.methods import registry
+
+    cache, out = tmp_path / "cache", tmp_path / "bench"
+    first = _bench(out, cache)
+    calls = []
+    spec = registry()["rredcot"]
+    counted = dataclasses.replace(spec, run=lambda ctx, o: calls.append(1) or spec.run(ctx, o))
+    monkeypatch.setitem(registry(), "rredcot", counted)
+    again = run_bench("unique", "rredcot,loo", size=TINY, threads=1, output=out, cache=cache,
+                      reports=False, overwrite=True)
+    assert calls == [] and again.failures == []
+    pd.testing.assert_frame_equal(_timeless(again.leaderboard), _timeless(first.leaderboard))
+    other = dict(size=TINY, threads=1, output=out, cache=cache, reports=False,
+                 sets=("rredcot.length_norm=true",))
+    refused = run_bench("unique", "rredcot", **other)
+    assert len(refused.failures) == 2 and all("different run" in f for f in refused.failures)
+    assert calls == []
+    replaced = run_bench("unique", "rredcot", overwrite=True, **other)
+    assert replaced.failures == [] and len(calls) == 2 * 3 * 2  # every trace of both splits

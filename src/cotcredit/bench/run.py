@@ -410,17 +410,16 @@ class _Bench:
         """Segmentation, then ``runs`` on it: label -> table of each method that ran, None
         for one another process holds (with ``wait``: after it lets go, resumed here: a
         no-op when that process finished it). Failed methods are left out."""
-        from cotcredit.pipeline.run import SEGMENTS, run_analysis
+        from cotcredit.pipeline.run import SEGMENTS
         from cotcredit.segmentation import SegmentOptions
 
         size, split = self.size(regime), where.name
-        common = {"overwrite": self.opts.overwrite, "keep_rows": False,
-                  "progress": self.progress}
+        common = {"keep_rows": False, "progress": self.progress}
         segments = where / SEGMENTS_FILE
         with claim(where, "segments"):
             self.say(f"{regime.name} {split}: segmentation (one segment per step or line)")
-            run_analysis(traces, scorer, segment_options=SegmentOptions(segments="lines"),
-                         outputs={SEGMENTS: segments}, **common)
+            self._analysis(traces, scorer, segment_options=SegmentOptions(segments="lines"),
+                           outputs={SEGMENTS: segments}, **common)
         done: dict[str, Path | None] = {}
         for run in runs:
             cap = size.traces_for(split, run.method)
@@ -436,10 +435,23 @@ class _Bench:
                     done[run.label] = where / f"{run.label}.parquet"
         return done
 
+    def _analysis(self, *args: Any, **kwargs: Any) -> None:
+        """``run_analysis``, resuming a table of this run; ``--overwrite`` replaces only a table
+        of another run (what it promises), so a sibling process's fresh table is never redone."""
+        from cotcredit.pipeline.run import run_analysis
+        from cotcredit.store.tables import OtherRunTable
+
+        try:
+            run_analysis(*args, **kwargs)
+        except OtherRunTable:
+            if not self.opts.overwrite:
+                raise
+            run_analysis(*args, overwrite=True, **kwargs)
+
     def _score_one(self, regime: Any, run: MethodRun, traces: Path, where: Path, scorer: Any,
                    cap: int | None, segments: Path, common: dict) -> bool:
         """One method on one split (resumed per trace); False when it failed."""
-        from cotcredit.pipeline.run import InputOptions, run_analysis
+        from cotcredit.pipeline.run import InputOptions
 
         size, split = self.size(regime), where.name
         table = where / f"{run.label}.parquet"
@@ -448,7 +460,7 @@ class _Bench:
             options = regime_options(run, regime.exit_string, regime.sampling, size.rollouts,
                                      self.opts.seed, rollouts)
             self.say(f"{regime.name} {split}: {run.label}")
-            run_analysis(traces, scorer, methods={run.method: options}, segments_file=segments,
+            self._analysis(traces, scorer, methods={run.method: options}, segments_file=segments,
                          inputs=InputOptions(max_traces=cap),
                          outputs=dict.fromkeys(run.labels(), table), timings=True,
                          rename=run.rename() or None, **common)

@@ -97,6 +97,11 @@ def table_schema(
     return pa.schema(fields)
 
 
+class OtherRunTable(UserError):
+    """The output path holds a table of another run (other options, model or method), or one
+    whose metadata cannot be read: refused unless the writer may overwrite it."""
+
+
 class NonFiniteScore(UserError):
     """A method produced a NaN or infinite score without a `score_note` explaining it."""
 
@@ -293,10 +298,10 @@ class TableWriter:
             old = read_metadata(path)
             has_rows = _has_rows(path)
         except UserError as e:
-            raise UserError(f"{e}; use --overwrite to replace it") from None
+            raise OtherRunTable(f"{e}; use --overwrite to replace it") from None
         # An empty table (a run that failed before its first trace) holds nothing to mix.
         if old.get("run_id") != self.key and has_rows:
-            raise UserError(
+            raise OtherRunTable(
                 f"{self.path}: holds results of a different run (options, model or method "
                 f"differ: run_id {old.get('run_id')} vs {self.key}); use another output path "
                 "or --overwrite"
