@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pandas as pd
+import pytest
 
 from cotcredit.bench import BenchSize, run_bench
 from cotcredit.store.claims import claim
@@ -36,6 +37,7 @@ def _timeless(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+@pytest.mark.subprocess
 def test_a_claim_excludes_other_processes_and_dies_with_its_holder(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -80,6 +82,7 @@ def test_a_method_held_elsewhere_is_left_then_awaited_and_the_results_match(tmp_
     pd.testing.assert_frame_equal(_timeless(shared.results), _timeless(alone.results))
 
 
+@pytest.mark.subprocess
 def test_two_processes_on_one_folder_write_what_one_would(tmp_path):
     cache = tmp_path / "cache"
     alone = _bench(tmp_path / "alone", cache)  # also samples the cache both will read
@@ -130,3 +133,37 @@ def test_overwrite_replaces_only_tables_of_other_runs(tmp_path, monkeypatch):
     assert calls == []
     replaced = run_bench("unique", "rredcot", overwrite=True, **other)
     assert replaced.failures == [] and len(calls) == 2 * 3 * 2  # every trace of both splits
+
+
+LAUNCHED = textwrap.dedent("""
+    import sys
+    from cotcredit.bench import BenchSize, run_bench
+    out, cache = sys.argv[1], sys.argv[2]
+    result = run_bench("unique", "rredcot,loo", size=BenchSize(problems=3, samples=2,
+                       rollouts=4, n_boot=50, splits=2), threads=1, output=out, cache=cache,
+                       reports=False)
+    sys.exit(1 if result.failures else 0)
+""")
+
+
+@pytest.mark.subprocess
+def test_a_bench_under_torchrun_divides_traces_and_writes_what_one_process_would(tmp_path):
+    """Launched, the process group divides every table trace by trace (no claims: each process
+    enters every step) and the tables are compacted before the next step reads them (a step
+    reading a table its main process was still compacting failed before)."""
+    import os
+
+    cache = tmp_path / "cache"
+    alone = _bench(tmp_path / "alone", cache)
+    script = tmp_path / "launched.py"
+    script.write_text(LAUNCHED)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", "2", str(script), str(tmp_path / "two"),
+                           str(cache)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    board = pd.read_csv(tmp_path / "two" / "leaderboard.csv")
+    pd.testing.assert_frame_equal(
+        _timeless(board), _timeless(pd.read_csv(tmp_path / "alone" / "leaderboard.csv")))
+    assert alone.failures == []
+    assert not list((tmp_path / "two").glob("unique/*/.claims"))  # no claim taken

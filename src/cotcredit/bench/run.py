@@ -291,6 +291,7 @@ class _Bench:
 
         from cotcredit.bench.metrics import BASELINES
         from cotcredit.bench.pairing import best_baselines, best_facts
+        from cotcredit.distributed import processes
 
         name = regime.name
         facts = self.facts.setdefault(name, {
@@ -327,7 +328,7 @@ class _Bench:
             metrics = self.metrics(regime, traces[split], where, done)
             if metrics is not None:
                 tables.append(metrics.assign(regime=name, split=split))
-        if self.opts.reports:
+        if self.opts.reports and processes().main:  # launched: the main process writes them
             try:
                 with claim(self.out / name, "report", wait=False) as mine:
                     if mine:  # else another process writes them
@@ -487,7 +488,7 @@ class _Bench:
         records = read_records(traces)
         data = read_split(where, list(dict.fromkeys(scored.values())), records)
         m = split_metrics(data, n_boot=size.n_boot, seed=self.opts.seed, splits=size.splits)
-        m.table.to_csv(where / "metrics.csv", index=False)
+        io.write_atomic(where / "metrics.csv", m.table.to_csv(index=False))
         if where.name == "test":
             facts = self.facts[regime.name]
             facts |= split_facts(m, data.labels)

@@ -482,6 +482,8 @@ def run_analysis(
     if procs.main:
         for w in writers.values():
             w.close()
+    if procs.count > 1:
+        procs.wait()  # compacted: a next step of this process may read the tables
     summary.seconds = time.perf_counter() - t_start
     return summary
 

@@ -5,6 +5,10 @@ work instead of repeating it.
 A claim is an operating-system file lock (``filelock``): the system releases it when its holder
 exits, killed included, so a dead process never blocks the others and leaves nothing to clean.
 Lock files lie in a hidden ``.claims`` folder beside the work, which table globs skip.
+
+Under a launcher (``torchrun``, ``accelerate launch``) no claim is taken: the process group
+divides each piece of work trace by trace, every process must enter it together, and a process
+waiting on a claim another holds inside a collective would never get it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ def claim(folder: str | Path, name: str, wait: bool = True) -> Iterator[bool]:
     """
     from filelock import FileLock, Timeout
 
+    from cotcredit.distributed import launched
+
+    if launched():
+        yield True
+        return
     lock = FileLock(str(claim_path(folder, name)), thread_local=False)
     try:
         lock.acquire(timeout=-1 if wait else 0, poll_interval=POLL_SECONDS)
