@@ -164,3 +164,35 @@ def test_training_on_two_processes(tiny_model_dir, tmp_path):
     launch(3, "--resume")
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
     assert json.loads((out / "eval.json").read_text())["after"]["step"] == 3
+
+
+def test_generate_on_two_processes_writes_each_trace_once(tiny_model_dir, tmp_path, capsys):
+    """Launched, each process samples its problems into a part file and the main one appends
+    them in problem order: the file one process writes, each trace once, reported once; a
+    part left by a killed launch is taken in, not sampled again."""
+    import json
+
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"What is {i} + 1?",
+                                            "answer": str(i + 1)}) + "\n" for i in range(6)))
+    common = ["--model", tiny_model_dir, "-n", "2", "--max-new-tokens", "8", "--seed", "3"]
+    two, one = tmp_path / "two.jsonl", tmp_path / "one.jsonl"
+    ids = [f"p{i}" for i in range(6)]
+    assert all(any(Processes(r, 2).takes(p) for p in ids) for r in range(2))
+    proc = torchrun(["generate", problems, "-o", two, *common], tmp_path)
+    assert proc.stderr.count("generate ->") == 1, proc.stderr  # one report
+    assert run_cli(["generate", problems, "-o", one, *common, "-q"], capsys)[0] == 0
+    got, want = two.read_text().splitlines(), one.read_text().splitlines()
+    assert [json.loads(x)["id"] for x in got] == [json.loads(x)["id"] for x in want]
+    assert got == want  # sample j of a problem is the same in any process and batch
+    assert not list(tmp_path.glob(".two.jsonl.part*"))
+    # A launch killed after a process wrote its part: the next run takes the part in.
+    lines = two.read_text().splitlines(keepends=True)
+    two.write_text("".join(lines[:4]))
+    (tmp_path / ".two.jsonl.part1").write_text("".join(lines[4:]))
+    from cotcredit.pipeline.generate import GenerateOptions, generate_traces
+
+    again = generate_traces(problems, two, model=str(tiny_model_dir),
+                            options=GenerateOptions(samples=2, max_new_tokens=8, seed=3))
+    assert (again.sampled, again.resumed, again.samples) == (0, 6, 12)
+    assert two.read_text().splitlines() == want

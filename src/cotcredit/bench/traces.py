@@ -40,6 +40,7 @@ from cotcredit.bench.regimes import get_regime
 from cotcredit.bench.regimes.base import Problem, Regime, write_problems
 from cotcredit.bench.regimes.hops import EMBEDDED
 from cotcredit.errors import UserError
+from cotcredit.store import io
 
 # The trace sets of the full benchmark: (problems, samples per problem) of each regime's dev
 # and test splits, sized for at least 150 traces with a wrong step and a wrong answer per split
@@ -131,8 +132,8 @@ def regime_traces(regime: Regime | str, split: str, n_problems: int, samples_per
                     options=options, progress=progress)
     path = out / "traces.jsonl"
     lines = label_lines(regime, problems, raw, split, samples_per_problem)
-    _write_atomic(path, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
-    _write_atomic(out / "summary.json", json.dumps(summarize(lines), indent=1) + "\n")
+    io.write_atomic(path, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+    io.write_atomic(out / "summary.json", json.dumps(summarize(lines), indent=1) + "\n")
     return path
 
 
@@ -211,7 +212,7 @@ def collect_summaries(folder: Path, path: Path) -> dict:
                 out.setdefault(name, {})[split] = {
                     "problems_asked": n, "samples_per_problem": k,
                     **json.loads(found.read_text())}
-    _write_atomic(Path(path), json.dumps(out, indent=1) + "\n")
+    io.write_atomic(Path(path), json.dumps(out, indent=1) + "\n")
     return out
 
 
@@ -224,13 +225,7 @@ def _take_lines(src: Path, dest: Path, ids: set[str]) -> None:
     """Copy the lines of `src` whose problem is among `ids` into `dest`."""
     with open(src, encoding="utf-8") as f:
         keep = [ln for ln in f if ln.strip() and str(json.loads(ln).get("problem_id")) in ids]
-    _write_atomic(dest, "".join(keep))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    io.write_atomic(dest, "".join(keep))
 
 
 def main(argv=None) -> int:

@@ -430,6 +430,8 @@ def generate(
         on_error=inputs.on_error, max_problems=inputs.max_problems, overwrite=overwrite,
         progress=not quiet, split=inputs.split, subset=inputs.subset,
     )
+    if not summary.main:  # launched: the main process reports for every one
+        return
     report_skipped(summary.notes, summary.errors, "problem(s)", count_rest=False)
     if summary.no_reasoning:
         err.print(f"note: {summary.no_reasoning} response(s) are empty or only state an answer; "

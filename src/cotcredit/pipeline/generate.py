@@ -5,6 +5,11 @@ Each problem's `samples` responses are graded against its answer and written as 
 sampling options), appended and synced once the problem is done. A rerun skips complete
 problems (a larger --samples adds the missing ones: sample j is the same whenever it is
 drawn) and refuses a file written with other sampling options unless `overwrite`.
+
+Under a launcher (`torchrun`, `accelerate launch`) each process samples the problems whose id
+hashes to it into its own hidden part file beside the output, and the main process appends the
+parts to the output in problem order at the end (and at the start, what a killed launch left),
+so the file has what one process would write, each trace once.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cotcredit import distributed
 from cotcredit.data import grading
 from cotcredit.data.problems import Problem, ProblemInputOptions, parse_problem, read_problems
 from cotcredit.data.trace import FieldNames, reasoning_end
@@ -63,6 +69,7 @@ class GenerateSummary:
     notes: list[str] = field(default_factory=list)  # how the problems were read, said once
     seconds: float = 0.0
     completions_per_s: float = 0.0
+    main: bool = True  # launched: whether this is the process that reports
 
     @property
     def accuracy(self) -> float:
@@ -125,6 +132,35 @@ def _usable(response: str) -> bool:
     return bool(response.strip()) and bool(response[: reasoning_end(response)].strip())
 
 
+def _part_path(output: Path, index: int) -> Path:
+    """The hidden file process `index` of a launch appends its lines to."""
+    return output.with_name(f".{output.name}.part{index}")
+
+
+def _merge_parts(output: Path, run: dict, order: Sequence[str]) -> None:
+    """Append the lines of every process's part file the output lacks, in problem (`order`,
+    then any other) and sample order; then delete the parts. Main process only."""
+    parts = sorted(output.parent.glob(f".{output.name}.part*"))
+    if not parts:
+        return
+    have = {(pid, int(x["sample"])) for pid, lines in _existing(output, run).items()
+            for x in lines}
+    rank = {pid: i for i, pid in enumerate(order)}
+    new = {}
+    for part in parts:
+        for pid, lines in _existing(part, run).items():
+            for x in lines:
+                new.setdefault((pid, int(x["sample"])), x)
+    keys = sorted((k for k in new if k not in have), key=lambda k: (rank.get(k[0], len(rank)),
+                                                                   k[0], k[1]))
+    with open(output, "a", encoding="utf-8") as fh:
+        fh.write("".join(json.dumps(new[k], ensure_ascii=False) + "\n" for k in keys))
+        fh.flush()
+        os.fsync(fh.fileno())
+    for part in parts:
+        part.unlink()
+
+
 def generate_traces(
     problems: str | Path | Sequence[Problem],
     output: str | Path,
@@ -159,10 +195,17 @@ def generate_traces(
            "max_new_tokens": options.max_new_tokens, "seed": options.seed,
            "backend": options.backend, "chat_template": scorer.uses_chat_template,
            "system_prompt": scorer.options.system_prompt if scorer.uses_chat_template else None}
-    if overwrite and output.exists() and output.is_file():
-        output.unlink()
+    procs = distributed.processes()
+    order = [p.id for p in plist]
+    if procs.main:
+        if overwrite:
+            for path in (output, *output.parent.glob(f".{output.name}.part*")):
+                if path.is_file():
+                    path.unlink()
+        _merge_parts(output, run, order)  # what a killed launch left
+    procs.wait()
     existing = _existing(output, run)
-    summary = GenerateSummary(output=output, errors=skipped, notes=notes)
+    summary = GenerateSummary(output=output, errors=skipped, notes=notes, main=procs.main)
 
     def count(line: dict) -> None:
         summary.samples += 1
@@ -176,7 +219,7 @@ def generate_traces(
         have = {int(x["sample"]) for x in existing.get(p.id, [])}
         if wanted <= have:
             summary.resumed += 1
-        else:
+        elif procs.takes(p.id):
             todo.append(p)
     for lines in existing.values():
         for line in lines:
@@ -191,12 +234,13 @@ def generate_traces(
     else:
         rows = options.batch_size or (64 if scorer.device.type == "cuda" else 16)
         chunk = max(1, rows // options.samples)
-    bar = _Bar(len(todo), summary) if progress is True else None
+    bar = _Bar(len(todo), summary) if progress is True and procs.main else None
     t_gen = 0.0
     n_gen = 0
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with open(output, "a", encoding="utf-8") as fh:
+        with open(output if procs.count == 1 else _part_path(output, procs.index), "a",
+                  encoding="utf-8") as fh:
             for s in range(0, len(todo), chunk):
                 part = todo[s : s + chunk]
                 part, prompts = _encode(scorer, part, options, on_error, summary)
@@ -229,9 +273,31 @@ def generate_traces(
     finally:
         if bar:
             bar.stop()
+    if procs.count > 1:
+        _gather(summary, procs, output, run, order, n_gen / t_gen if t_gen > 0 else 0.0)
+    else:
+        summary.completions_per_s = n_gen / t_gen if t_gen > 0 else 0.0
     summary.seconds = time.perf_counter() - t0
-    summary.completions_per_s = n_gen / t_gen if t_gen > 0 else 0.0
     return summary
+
+
+def _gather(summary: GenerateSummary, procs, output: Path, run: dict, order: Sequence[str],
+            rate: float) -> None:
+    """Launched: the main process merges the parts and its summary counts the whole output,
+    the problems every process sampled and their errors; the others wait for the merge."""
+    every = procs.gather({"sampled": summary.sampled, "errors": summary.errors, "rate": rate})
+    if procs.main:
+        _merge_parts(output, run, order)
+        lines = [x for xs in _existing(output, run).values() for x in xs]
+        summary.problems = len({x["problem_id"] for x in lines})
+        summary.samples = len(lines)
+        summary.correct = sum(bool(x.get("correct")) for x in lines)
+        summary.truncated = sum(x.get("finish_reason") == "length" for x in lines)
+        summary.no_reasoning = sum(not _usable(str(x.get("response", ""))) for x in lines)
+        summary.sampled = sum(e["sampled"] for e in every)
+        summary.errors = list(dict.fromkeys(m for e in every for m in e["errors"]))
+        summary.completions_per_s = sum(e["rate"] for e in every)
+    procs.wait()  # merged: the output is whole for every process
 
 
 def _encode(scorer, part: list[Problem], options: GenerateOptions, on_error: str,

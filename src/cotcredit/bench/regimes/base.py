@@ -150,7 +150,10 @@ class Regime:
 
 
 def write_problems(problems: list[Problem], path: Path) -> None:
-    """One JSON line per problem (`Problem.to_json`)."""
+    """One JSON line per problem (`Problem.to_json`), written atomically: processes of a launch
+    write the same file while others read it."""
+    from cotcredit.store import io
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("".join(json.dumps(p.to_json(), ensure_ascii=False) + "\n" for p in problems))
+    io.write_atomic(path, "".join(json.dumps(p.to_json(), ensure_ascii=False) + "\n"
+                                  for p in problems))
