@@ -132,6 +132,19 @@ def _usable(response: str) -> bool:
     return bool(response.strip()) and bool(response[: reasoning_end(response)].strip())
 
 
+def _count(summary: GenerateSummary, line: dict) -> None:
+    """Add one output line to the summary's sample counts."""
+    summary.samples += 1
+    summary.correct += bool(line.get("correct"))
+    summary.truncated += line.get("finish_reason") == "length"
+    summary.no_reasoning += not _usable(str(line.get("response", "")))
+
+
+def _parts(output: Path) -> list[Path]:
+    """The part files of a launch's processes beside `output` (`_part_path`)."""
+    return sorted(output.parent.glob(f".{output.name}.part*"))
+
+
 def _part_path(output: Path, index: int) -> Path:
     """The hidden file process `index` of a launch appends its lines to."""
     return output.with_name(f".{output.name}.part{index}")
@@ -140,7 +153,7 @@ def _part_path(output: Path, index: int) -> Path:
 def _merge_parts(output: Path, run: dict, order: Sequence[str]) -> None:
     """Append the lines of every process's part file the output lacks, in problem (`order`,
     then any other) and sample order; then delete the parts. Main process only."""
-    parts = sorted(output.parent.glob(f".{output.name}.part*"))
+    parts = _parts(output)
     if not parts:
         return
     have = {(pid, int(x["sample"])) for pid, lines in _existing(output, run).items()
@@ -199,7 +212,7 @@ def generate_traces(
     order = [p.id for p in plist]
     if procs.main:
         if overwrite:
-            for path in (output, *output.parent.glob(f".{output.name}.part*")):
+            for path in (output, *_parts(output)):
                 if path.is_file():
                     path.unlink()
         _merge_parts(output, run, order)  # what a killed launch left
@@ -208,10 +221,7 @@ def generate_traces(
     summary = GenerateSummary(output=output, errors=skipped, notes=notes, main=procs.main)
 
     def count(line: dict) -> None:
-        summary.samples += 1
-        summary.correct += bool(line.get("correct"))
-        summary.truncated += line.get("finish_reason") == "length"
-        summary.no_reasoning += not _usable(str(line.get("response", "")))
+        _count(summary, line)
 
     wanted = set(range(options.samples))
     todo: list[Problem] = []
@@ -290,10 +300,9 @@ def _gather(summary: GenerateSummary, procs, output: Path, run: dict, order: Seq
         _merge_parts(output, run, order)
         lines = [x for xs in _existing(output, run).values() for x in xs]
         summary.problems = len({x["problem_id"] for x in lines})
-        summary.samples = len(lines)
-        summary.correct = sum(bool(x.get("correct")) for x in lines)
-        summary.truncated = sum(x.get("finish_reason") == "length" for x in lines)
-        summary.no_reasoning = sum(not _usable(str(x.get("response", ""))) for x in lines)
+        summary.samples = summary.correct = summary.truncated = summary.no_reasoning = 0
+        for x in lines:
+            _count(summary, x)
         summary.sampled = sum(e["sampled"] for e in every)
         summary.errors = list(dict.fromkeys(m for e in every for m in e["errors"]))
         summary.completions_per_s = sum(e["rate"] for e in every)
