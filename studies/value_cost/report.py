@@ -3,8 +3,9 @@ blame on the test split, `mc-n` as the reference curve), the primary comparisons
 configurations chosen on dev (PROTOCOL.md), whether each meets the goal, and one figure per
 regime.
 
-Writes frontier.csv (every row), frontier.md, comparisons.csv|md, dev_summary.csv and
-frontier_<regime>.png here.
+Writes frontier.csv.gz (every row), frontier.md, comparisons.csv|md, dev_summary.csv.gz and
+frontier_<regime>.png here. The two long tables are gzipped (deterministic: no timestamp in the
+header) to keep the tracked tree small; pandas reads them as they are.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ READS = {"paths": ("refdiff-solutions",), "rredcot": ("refdiff", "refdiff-soluti
                                                         "refdiff-siblings")}
 STRINGS = ("refdiff", "refdiff-solutions", "refdiff-siblings")
 SHOWN_N = (4, 8, 16, 32)
+#: The long tables gzipped with no timestamp, so a rerun on the same results writes the same bytes.
+GZIP = {"method": "gzip", "mtime": 0}
 
 
 def results(regime: str, split: str) -> pd.DataFrame | None:
@@ -215,12 +218,12 @@ def write_report(regimes) -> None:
                                              if read_results(regime, "test", p) is None]
         figure(regime, table, mine, HERE / f"frontier_{regime}.png")
     if dev_rows:
-        pd.concat(dev_rows).reset_index().to_csv(HERE / "dev_summary.csv", index=False,
-                                                    float_format="%.4g")
+        pd.concat(dev_rows).reset_index().to_csv(HERE / "dev_summary.csv.gz", index=False,
+                                                    float_format="%.4g", compression=GZIP)
     if not frontier:
         return
     front = pd.concat(frontier).reset_index()
-    front.to_csv(HERE / "frontier.csv", index=False, float_format="%.4g")
+    front.to_csv(HERE / "frontier.csv.gz", index=False, float_format="%.4g", compression=GZIP)
     comp = pd.DataFrame(comps)
     comp.to_csv(HERE / "comparisons.csv", index=False, float_format="%.4g")
     (HERE / "verdicts.json").write_text(json.dumps(verdicts, indent=1, default=float) + "\n")
@@ -280,7 +283,7 @@ def markdown(front: pd.DataFrame, comp: pd.DataFrame, verdicts: dict,
              "Tokens per trace = forward + generated, everything a source spends. Localization: "
              "top-1 on traces with a wrong step and a wrong answer; false blame: valid "
              "departures (dep) and wrong steps the answer survived (ws). Intervals: 95%, "
-             "bootstrap over problems, paired on the same traces. Full table: frontier.csv.", ""]
+             "bootstrap over problems, paired on the same traces. Full table: frontier.csv.gz.", ""]
     for regime, t in front.groupby("regime", sort=False):
         t = t.set_index("config")
         mc16 = t.loc["mc-16", "tokens"]
