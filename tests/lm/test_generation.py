@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import types
+import warnings
 
 import pytest
 import torch
@@ -272,6 +273,35 @@ def test_vllm_backend_plumbing(scorer, prompts, monkeypatch):
     text = decode_continuation(scorer.tokenizer, prompts[0], [5, 6])
     assert out[0][0] == Completion([5, 6], text, "stop")
     assert out[0][1].truncated and out[0][1].token_ids == [7, 8, 9]
+
+
+def test_vllm_under_a_launcher_warns_that_processes_share_a_gpu(scorer, monkeypatch):
+    """Under a launcher each process's one-GPU engine lands on GPU 0: said once per engine, and
+    not when the user chose vLLM's own distributed executor."""
+    class LLM:
+        def __init__(self, **kw):
+            self.kw = kw
+
+    fake = types.ModuleType("vllm")
+    fake.LLM, fake.SamplingParams = LLM, dict
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    import cotcredit.lm.vllm_sampling as generation
+
+    monkeypatch.setattr(generation, "_VLLM", {})
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        get_generator(scorer, "vllm")
+    assert not [w for w in seen if "launcher" in str(w.message)]  # one process: nothing said
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(generation, "_VLLM", {})
+    with pytest.warns(UserWarning, match="all on GPU 0"):
+        get_generator(scorer, "vllm")
+    monkeypatch.setattr(generation, "_VLLM", {})
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        g = get_generator(scorer, "vllm", {"distributed_executor_backend": "external_launcher"})
+    assert not [w for w in seen if "launcher" in str(w.message)]
+    assert g.llm.kw["distributed_executor_backend"] == "external_launcher"
 
 
 def test_vllm_engine_arguments_parse_and_need_the_vllm_backend():

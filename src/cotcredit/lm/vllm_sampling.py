@@ -5,11 +5,13 @@ prompt. vLLM is imported when a generator is made (the vllm extra, on a CUDA mac
 from __future__ import annotations
 
 import time
+import warnings
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
 
+from cotcredit.distributed import launched
 from cotcredit.errors import UserError
 from cotcredit.extras import require
 from cotcredit.lm.generation import (
@@ -21,6 +23,14 @@ from cotcredit.lm.generation import (
 )
 
 _VLLM: dict[str, object] = {}
+
+#: Said when a launcher starts several processes: vLLM's one-GPU engine takes the device index of
+#: its own config (GPU 0), not the launcher's local rank, so every process would share GPU 0.
+SHARED_GPU = (
+    "--backend vllm under a launcher: every process starts its own vLLM engine, on the first GPU "
+    "it sees (all on GPU 0); run one job per GPU instead (CUDA_VISIBLE_DEVICES=i ... --shard i/n, "
+    "docs/guides/scaling-out.md), or pass vLLM's own --vllm-arg distributed_executor_backend=..."
+)
 
 
 class VLLMGenerator:
@@ -37,6 +47,8 @@ class VLLMGenerator:
         self.vllm, self.tokenizer, self.stop_ids = vllm, tokenizer, stop_ids
         self.stats = GenerationStats()
         if model_path not in _VLLM:
+            if launched() and "distributed_executor_backend" not in (engine_args or {}):
+                warnings.warn(SHARED_GPU, stacklevel=2)
             util = 0.9
             if torch.cuda.is_available():  # leave room for the scorer's copy of the model
                 free, total = torch.cuda.mem_get_info()
