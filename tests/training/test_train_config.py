@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from cotcredit.errors import UserError
-from cotcredit.training.config import TrainConfig, load_config, to_grpo_config
+from cotcredit.training.config import TrainConfig, load_config
+from cotcredit.training.trl_config import grpo_kwargs, to_grpo_config
 
 MINIMAL = "train_file: data/train.jsonl\noutput_dir: runs/x\n"
 
@@ -153,14 +154,14 @@ def test_gradient_checkpointing_goes_under_the_name_grpo_config_takes(tmp_path, 
                                                                       renamed):
     """transformers 5.24 renamed it activation_checkpointing; before, only the old name is a
     field (passing the new one failed every run on transformers 5.17)."""
-    from cotcredit.training import config as config_module
+    from cotcredit.training import trl_config
 
-    fields = config_module._grpo_config_fields() - {"activation_checkpointing"}
+    fields = trl_config.grpo_config_fields() - {"activation_checkpointing"}
     if renamed:
         fields = fields | {"activation_checkpointing"}
-    monkeypatch.setattr(config_module, "_grpo_config_fields", lambda: fields)
+    monkeypatch.setattr(trl_config, "grpo_config_fields", lambda: fields)
     cfg = load_config(write(tmp_path, MINIMAL + "grpo:\n  gradient_checkpointing: true\n"))
-    kwargs = config_module.grpo_kwargs(cfg)
+    kwargs = grpo_kwargs(cfg)
     name = "activation_checkpointing" if renamed else "gradient_checkpointing"
     other = "gradient_checkpointing" if renamed else "activation_checkpointing"
     assert kwargs[name] is True and other not in kwargs
@@ -298,3 +299,14 @@ def test_data_files_are_read_like_analysis_inputs(tmp_path):
     assert cfg.train_file == tmp_path / "gsm8k.parquet" and cfg.eval_file == Path("openai/gsm8k")
     (p,) = load_problems(cfg.train_file, cfg.data_format, cfg.train_split)
     assert (p.prompt, p.answer, p.solution) == ("Two plus two?", "4", rows[0]["answer"])
+
+
+
+def test_the_trl_builders_keep_their_names_of_0_2():
+    """``to_grpo_config`` and its siblings live in ``training.trl_config``; ``training.config``
+    still gives them under the names of 0.2."""
+    from cotcredit.training import config as config_module
+    from cotcredit.training import trl_config
+
+    for name in ("grpo_kwargs", "lora_config", "to_grpo_config"):
+        assert getattr(config_module, name) is getattr(trl_config, name)

@@ -70,7 +70,11 @@ from pydantic import (
 from cotcredit.errors import UserError
 from cotcredit.extras import require
 from cotcredit.lm.loading import looks_like_path
+from cotcredit.training import trl_config
 from cotcredit.training.advantages import DEFAULT_FLOOR, DEFAULT_FORM, DEFAULT_STRENGTH
+
+# The TRL and peft builders, here too under their names of 0.2 (defined in trl_config).
+from cotcredit.training.trl_config import grpo_kwargs, lora_config, to_grpo_config  # noqa: F401
 
 
 class _Section(BaseModel):
@@ -330,12 +334,6 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
     return model
 
 
-def _grpo_config_fields() -> set[str]:
-    import trl
-
-    return {f.name for f in dataclasses.fields(trl.GRPOConfig)}
-
-
 def _unknown_key_message(loc: tuple) -> str:
     parent, key = tuple(str(p) for p in loc[:-1]), str(loc[-1])
     dotted = ".".join((*parent, key))
@@ -351,7 +349,7 @@ def _unknown_key_message(loc: tuple) -> str:
             if sub is not None:
                 for name in sub.model_fields:
                     candidates.setdefault(name, f"{section}.{name}")
-    if parent == ("grpo",) and key in _grpo_config_fields():
+    if parent == ("grpo",) and key in trl_config.grpo_config_fields():
         return f"unknown key '{dotted}': TRL option not listed here; put it under 'grpo.extra'"
     close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
     if close:
@@ -525,76 +523,3 @@ def load_config(path: str | Path) -> TrainConfig:
     cfg._source = source
     return cfg
 
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def _bf16_supported() -> bool:
-    import torch
-
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-
-
-def grpo_kwargs(cfg: TrainConfig) -> dict[str, Any]:
-    """The keyword arguments ``to_grpo_config`` passes to ``trl.GRPOConfig``."""
-    options = cfg.grpo.model_dump(exclude={"extra"}, exclude_none=True)
-    if options.get("bf16") is None:
-        options["bf16"] = _bf16_supported()
-    options.setdefault("logging_steps", 1)  # metrics.jsonl gets one line per step
-    valid = _grpo_config_fields()
-    # transformers 5.24 renamed it (the old name is a deprecated alias there); before, only the
-    # old name exists.
-    if "gradient_checkpointing" in options and "activation_checkpointing" in valid:
-        options["activation_checkpointing"] = options.pop("gradient_checkpointing")
-    kwargs: dict[str, Any] = {"output_dir": str(cfg.output_dir), "seed": cfg.seed, **options}
-    if not _cuda_available() and "use_cpu" not in cfg.grpo.extra:
-        # Without it accelerate forms no process group on CPU: under torchrun/accelerate launch
-        # each process would train alone (and write every log line twice).
-        kwargs["use_cpu"] = True
-    for key, value in cfg.grpo.extra.items():
-        if key not in valid:
-            close = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
-            hint = f" (did you mean 'grpo.extra.{close[0]}'?)" if close else ""
-            raise UserError(f"{cfg._source}: grpo.extra: '{key}' is not a GRPOConfig option{hint}")
-        if key in GrpoOptions.model_fields or key in ("output_dir", "seed"):
-            place = key if key in ("output_dir", "seed") else f"grpo.{key}"
-            raise UserError(f"{cfg._source}: grpo.extra.{key}: set it as '{place}' instead")
-        if key == "activation_checkpointing":
-            raise UserError(f"{cfg._source}: grpo.extra.{key}: set 'grpo.gradient_checkpointing'")
-        kwargs[key] = value
-    return kwargs
-
-
-def lora_config(cfg: TrainConfig):
-    """peft's ``LoraConfig`` for ``cfg.lora`` (None when ``rank`` is 0)."""
-    if cfg.lora.rank == 0:
-        return None
-    require(f"{cfg._source}: lora", "train", ["peft"])
-    import peft
-    return peft.LoraConfig(
-        r=cfg.lora.rank,
-        lora_alpha=cfg.lora.alpha,
-        target_modules=cfg.lora.target_modules,
-        lora_dropout=cfg.lora.dropout,
-        task_type="CAUSAL_LM",
-    )
-
-
-def to_grpo_config(cfg: TrainConfig):
-    """Build TRL's ``GRPOConfig``; TRL's own consistency checks become ``UserError``."""
-    import trl
-
-    kwargs = grpo_kwargs(cfg)
-    if kwargs.get("use_vllm"):
-        require(f"{cfg._source}: grpo.use_vllm", "vllm")
-    try:
-        with warnings.catch_warnings():
-            # TRL's own default (gradient_checkpointing=True) trips transformers' rename warning.
-            warnings.filterwarnings("ignore", message="`gradient_checkpointing` is deprecated")
-            return trl.GRPOConfig(**kwargs)
-    except (ValueError, TypeError) as exc:
-        message = re.sub(r"\s+", " ", str(exc)).strip()
-        raise UserError(f"{cfg._source}: grpo: {message}") from None

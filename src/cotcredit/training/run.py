@@ -46,7 +46,7 @@ from cotcredit.data.problems import load_problems
 from cotcredit.errors import UserError
 from cotcredit.extras import require
 from cotcredit.lm.encoding import rendered_by_template, template_markers
-from cotcredit.training.config import TrainConfig, load_config, lora_config, to_grpo_config
+from cotcredit.training.config import TrainConfig, load_config
 from cotcredit.training.metrics import (
     CURVE_FILE,
     METRICS_FILE,
@@ -54,6 +54,7 @@ from cotcredit.training.metrics import (
     plot_reward_curve,
     truncate_metrics,
 )
+from cotcredit.training.trl_config import lora_config, to_grpo_config
 
 EVAL_FILE = "eval.json"
 EVAL_CURVE_FILE = "eval_curve.jsonl"  # accuracy on eval_file every eval.every steps
