@@ -70,11 +70,16 @@ from pydantic import (
 from cotcredit.errors import UserError
 from cotcredit.extras import require
 from cotcredit.lm.loading import looks_like_path
-from cotcredit.training import trl_config
 from cotcredit.training.advantages import DEFAULT_FLOOR, DEFAULT_FORM, DEFAULT_STRENGTH
 
-# The TRL and peft builders, here too under their names of 0.2 (defined in trl_config).
-from cotcredit.training.trl_config import grpo_kwargs, lora_config, to_grpo_config  # noqa: F401
+# grpo_kwargs, lora_config, to_grpo_config: the TRL and peft builders, here too under their
+# names of 0.2 (defined in trl_config).
+from cotcredit.training.trl_config import (  # noqa: F401
+    grpo_config_fields,
+    grpo_kwargs,
+    lora_config,
+    to_grpo_config,
+)
 
 
 class _Section(BaseModel):
@@ -349,7 +354,7 @@ def _unknown_key_message(loc: tuple) -> str:
             if sub is not None:
                 for name in sub.model_fields:
                     candidates.setdefault(name, f"{section}.{name}")
-    if parent == ("grpo",) and key in trl_config.grpo_config_fields():
+    if parent == ("grpo",) and key in grpo_config_fields():
         return f"unknown key '{dotted}': TRL option not listed here; put it under 'grpo.extra'"
     close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
     if close:
@@ -522,4 +527,3 @@ def load_config(path: str | Path) -> TrainConfig:
     cfg = cfg.model_copy(update=config_paths(cfg, path.resolve().parent))
     cfg._source = source
     return cfg
-
