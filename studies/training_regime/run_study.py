@@ -7,6 +7,7 @@ RREDCoT against GRPO on `unique`.
     python -m studies.training_regime.run_study main                # look by look (main_looks.json)
     python -m studies.training_regime.run_study confirm             # the confirmatory unique run
     python -m studies.training_regime.run_study summary pilot|main|confirm
+    python -m studies.training_regime.run_study reproduce main --arm grpo --seed 100  # amendment 5
 
 Every run is `cotcredit.train` on a bench regime's checkpoint; the arms of a setup differ only
 in the credit source and form (`setups.ARMS`), the setups only in the regime (`setups.SETUPS`).
@@ -276,6 +277,22 @@ CPU: look 1 (8 seeds, five arms) about 10 core-hours; expected under delta about
 machine the plan runs across rounds (every command resumes); a lent 16-core machine would run
 14-16 one-thread runs at once. The main runs use the training code of the commit that adds
 this amendment; a change to it during the study would be an amendment.
+
+Amendment 5 (2026-12-06 01:10, before any run it governs; seen: look 1, as committed). The
+machine the study ran on was replaced between rounds, and `runs/` (checkpoints: not tracked)
+with it. Look 1's 40 runs survive as rows of the tracked main_runs.csv; the 22 finished runs of
+look 2's seeds (no look had read them) and the two in flight do not. So:
+- A run whose folder is absent but whose full-length row `<phase>_runs.csv` holds is read from
+  that row (`summarize.runs_table`) and not trained again (`run_plan`); look 2's lost runs are
+  trained again on their seeds, with amendment 4's training code (commit 422bfdf, unchanged)
+  and the checkpoint the package ships.
+- At each stop the main_runs.csv of every finished run is committed (the tables and the looks
+  still read a look's seeds only), so finished work survives the next machine.
+- Before the workers resume on a new machine: `reproduce main --arm grpo --seed 100` trains
+  that look-1 run again and compares its row with the recorded one (`main_reproduce.json`).
+  Training here is seeded and single-threaded, so the expectation is equality; if it differs
+  the study goes on (a seed's arms all run on one machine and every comparison is paired
+  within the seed) and the docs say by how much.
 """
 
 from __future__ import annotations
@@ -283,11 +300,10 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
-import threading
 import time
 from pathlib import Path
 
+from studies.training_regime.locks import claim, release
 from studies.training_regime.setups import SETUPS, Setup, problem_files, run_config, run_dir
 
 HERE = Path(__file__).resolve().parent
@@ -347,46 +363,6 @@ def start_accuracy(out: Path, setup: Setup) -> dict:
     return result
 
 
-def claim(run: Path) -> bool:
-    """Take `run` for this process: a lock file beside it, made atomically with this process's
-    id in it. False while a live process (on this machine) holds it; a dead holder's lock is
-    taken over (its run resumes from its last checkpoint)."""
-    lock = run.parent / f"{run.name}.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    # the temporary name is unique per thread too: threads of one process share its id
-    mine = lock.parent / f"{run.name}.lock.{os.getpid()}.{threading.get_ident()}"
-    mine.write_text(str(os.getpid()))
-    try:
-        while True:
-            try:
-                os.link(mine, lock)  # atomic: fails when the lock exists
-                return True
-            except FileExistsError:
-                try:
-                    holder = int(lock.read_text())
-                except (OSError, ValueError):
-                    continue  # removed or replaced meanwhile: try again
-                try:
-                    os.kill(holder, 0)
-                    return False
-                except ProcessLookupError:
-                    lock.unlink(missing_ok=True)
-                except PermissionError:
-                    return False
-    finally:
-        mine.unlink(missing_ok=True)
-
-
-def release(run: Path) -> None:
-    """Give up `run`'s lock if this process holds it."""
-    lock = run.parent / f"{run.name}.lock"
-    try:
-        if int(lock.read_text()) == os.getpid():
-            lock.unlink()
-    except (OSError, ValueError):
-        pass
-
-
 def run_plan(out: Path, phase: str, todo: list[tuple[str, int, str]], steps: int,
              split: str, wait: float = 60.0) -> None:
     """Run (setup, seed, arm) in order, skipping what is finished. Several processes may run
@@ -394,14 +370,20 @@ def run_plan(out: Path, phase: str, todo: list[tuple[str, int, str]], steps: int
     holds (`claim`), and returns only when every run of the plan is finished."""
     import torch
 
+    from studies.training_regime.summarize import recorded_runs
+
     torch.set_num_threads(1)
+    recorded = recorded_runs(out, phase, steps)
+    recorded = set(zip(recorded.regime, recorded.arm, recorded.seed, strict=True))
     waiting = list(enumerate(todo))
     while waiting:
         held = []
         for i, (name, seed, arm) in waiting:
             run = run_dir(out, phase, name, arm, seed)
             tag = f"[{phase} {i + 1}/{len(todo)}] {name} {arm} seed {seed}"
-            if (run / f"heldout_{split}.json").is_file():
+            if not run.is_dir() and (name, arm, seed) in recorded:  # amendment 5
+                print(f"{tag}: recorded in {phase}_runs.csv (its folder is not here)", flush=True)
+            elif (run / f"heldout_{split}.json").is_file():
                 run_one(out, phase, SETUPS[name], arm, seed, steps, split, tag)
             elif claim(run):
                 try:
@@ -524,20 +506,58 @@ def main_study(out: Path, steps: int) -> None:
         before = todo
 
 
+def reproduce(out: Path, phase: str, arm: str, seed: int, steps: int) -> dict:
+    """Amendment 5: train a recorded run of `phase` again in `<out>/reproduce/` and compare its
+    row with the recorded one (`<phase>_reproduce.json`): on a new machine, the check that its
+    runs continue the ones recorded."""
+    from studies.training.summarize import run_row
+    from studies.training_regime.summarize import recorded_runs
+
+    plan = json.loads((out / "main_plan.json").read_text()) if phase == "main" else {}
+    name = plan.get("setup", CONFIRM_SETUP)
+    recorded = recorded_runs(out, phase, steps)
+    row = recorded[(recorded.regime == name) & (recorded.arm == arm) & (recorded.seed == seed)]
+    if row.empty:
+        raise SystemExit(f"{out / f'{phase}_runs.csv'}: no finished {name} {arm} seed {seed}")
+    import torch
+
+    torch.set_num_threads(1)
+    again = out / "reproduce"
+    for folder in ("data", "main_plan.json"):  # the same problem files as the study's
+        if (out / folder).exists() and not (again / folder).exists():
+            again.mkdir(parents=True, exist_ok=True)
+            (again / folder).symlink_to(out / folder)
+    run_one(again, phase, SETUPS[name], arm, seed, steps, "test", f"[reproduce] {arm} {seed}")
+    new = run_row(run_dir(again, phase, name, arm, seed), "test", steps)
+    old = row.iloc[0].to_dict()
+    keys = ("online", "first_steps", "final")
+    result = {"setup": name, "arm": arm, "seed": seed, "recorded": {k: old[k] for k in keys},
+              "again": {k: new[k] for k in keys},
+              "equal": all(abs(old[k] - new[k]) < 1e-9 for k in keys),
+              "step_seconds": {"recorded": old["step_seconds"], "again": new["step_seconds"]}}
+    (out / f"{phase}_reproduce.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result), flush=True)
+    return result
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("pilot", "power", "main", "confirm", "summary",
-                                     "outcomes"))
+                                     "outcomes", "reproduce"))
     ap.add_argument("phase", nargs="?", choices=("pilot", "main", "confirm"))
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--steps", type=int, default=STEPS)
     ap.add_argument("--write", action="store_true", help="power: write main_plan.json")
+    ap.add_argument("--arm", default="grpo", help="reproduce: the run's arm")
+    ap.add_argument("--seed", type=int, default=100, help="reproduce: the run's seed")
     args = ap.parse_args(argv)
     out = args.out.resolve()
     if args.what == "summary":
         from studies.training_regime.summarize import summarize
 
         summarize(out, args.phase or "pilot", steps=args.steps)
+    elif args.what == "reproduce":
+        reproduce(out, args.phase or "main", args.arm, args.seed, args.steps)
     elif args.what == "outcomes":
         problem_outcomes(out, args.phase or "pilot")
     elif args.what == "pilot":

@@ -34,14 +34,36 @@ SPANS = {"rest": FORMS, "first": {"reweight": "oracle-first", "segment-rewards":
 
 def runs_table(out: Path, phase: str, steps: int):
     """Every finished run of `phase` (one row each: setup in `regime`, arm, seed, online,
-    final, cost; `run_row`)."""
+    final, cost; `run_row`). A run whose folder is not here but whose row the tracked
+    `<phase>_runs.csv` holds (amendment 5: `runs/` is not tracked and a new machine lacks it)
+    is read from that row."""
     import pandas as pd
 
     split = "dev" if phase == "pilot" else "test"
     rows = [run_row(run, split, steps)
             for run in sorted((out / "runs" / phase).glob("*/*-seed*"))
             if (run / f"checkpoint-{steps}" / "trainer_state.json").is_file()]
-    return pd.DataFrame(rows, columns=None if rows else ["regime", "arm", "seed", "online"])
+    table = pd.DataFrame(rows, columns=None if rows else ["regime", "arm", "seed", "online"])
+    recorded = recorded_runs(out, phase, steps)
+    here = set(zip(table.regime, table.arm, table.seed, strict=True))
+    gone = recorded[[k not in here for k in zip(recorded.regime, recorded.arm, recorded.seed,
+                                                 strict=True)]]
+    if gone.empty:
+        return table
+    table = pd.concat([table, gone], ignore_index=True) if rows else gone
+    return table.sort_values(["regime", "arm", "seed"], ignore_index=True)
+
+
+def recorded_runs(out: Path, phase: str, steps: int):
+    """The full-length runs (`steps` steps, a held-out accuracy) the tracked
+    `<phase>_runs.csv` records; empty when there is none."""
+    import pandas as pd
+
+    path = out / f"{phase}_runs.csv"
+    if not path.is_file():
+        return pd.DataFrame(columns=["regime", "arm", "seed", "online"])
+    table = pd.read_csv(path)
+    return table[(table.steps == steps) & table.final.notna()].reset_index(drop=True)
 
 
 def differences(table, setup: str, arm: str, base: str, seeds, key: str = "online"):

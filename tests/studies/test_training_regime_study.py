@@ -222,10 +222,10 @@ def test_unique_setup_is_the_earlier_study_config(tmp_path):
 
 
 def _fake_run(root, setup, arm, seed, rewards, per_problem, samples=4, steps=150,
-              reproduces=True, redo=True):
+              reproduces=True, redo=True, phase="pilot", split="dev"):
     """A run folder as the runner leaves it: metrics.jsonl, the final checkpoint's
     trainer_state.json (when it reached `steps`), heldout_dev.json and its per-problem redo."""
-    run = root / "runs" / "pilot" / setup / f"{arm}-seed{seed}"
+    run = root / "runs" / phase / setup / f"{arm}-seed{seed}"
     run.mkdir(parents=True)
     (run / "metrics.jsonl").write_text("".join(
         json.dumps({"step": i + 1, "reward": r, "step_seconds": 1.0}) + "\n"
@@ -235,9 +235,9 @@ def _fake_run(root, setup, arm, seed, rewards, per_problem, samples=4, steps=150
         (run / f"checkpoint-{steps}" / "trainer_state.json").write_text("{}")
         correct = int(sum(per_problem))
         n = len(per_problem) * samples
-        held = {"split": "dev", "checkpoint": f"checkpoint-{steps}", "accuracy": correct / n,
+        held = {"split": split, "checkpoint": f"checkpoint-{steps}", "accuracy": correct / n,
                 "correct": correct, "completions": n, "problems": len(per_problem)}
-        (run / "heldout_dev.json").write_text(json.dumps(held))
+        (run / f"heldout_{split}.json").write_text(json.dumps(held))
         if redo:
             (run / "heldout_dev_problems.json").write_text(json.dumps(
                 {**held, "per_problem": [int(c) for c in per_problem],
@@ -560,3 +560,65 @@ def test_main_summary_tables_read_the_newest_looks_seeds():
     assert sorted(set(kept.seed)) == [100, 101, 102, 103]
     assert kept.equals(table[table.seed < 104])
     assert line.startswith("The tables below read seeds 100-103") and "2 finished runs" in line
+
+
+def test_a_recorded_run_whose_folder_is_gone_is_read_from_its_row(tmp_path):
+    """Amendment 5: `runs_table` reads a finished run from the tracked `<phase>_runs.csv` when
+    its folder is not here, a folder's own numbers win over its row, and a row of a run cut
+    short (fewer steps, no held-out accuracy) does not count as finished."""
+    _fake_run(tmp_path, "long", "grpo", 0, [0.25] * 150, [1, 2])
+    here = S.runs_table(tmp_path, "pilot", 150)
+    rows = [{**here.iloc[0].to_dict(), "online": 0.9},  # stale row of a run that is here
+            {**here.iloc[0].to_dict(), "arm": "oracle", "online": 0.75, "final": 0.5},
+            {**here.iloc[0].to_dict(), "arm": "oracle-sr", "steps": 100, "final": math.nan},
+            {**here.iloc[0].to_dict(), "seed": 1, "final": 0.125}]
+    pd.DataFrame(rows).to_csv(tmp_path / "pilot_runs.csv", index=False)
+    table = S.runs_table(tmp_path, "pilot", 150)
+    got = {(r.arm, r.seed): (r.online, r.final) for r in table.itertuples()}
+    assert got == {("grpo", 0): (0.25, here.final[0]), ("oracle", 0): (0.75, 0.5),
+                   ("grpo", 1): (0.25, 0.125)}
+    assert list(table.arm) == ["grpo", "grpo", "oracle"] and list(table.seed) == [0, 1, 0]
+
+
+def test_the_runner_does_not_train_a_recorded_run_again(tmp_path, monkeypatch):
+    """`run_plan` leaves out the runs `<phase>_runs.csv` records whose folders are gone and
+    trains the rest; a recorded run whose folder is here is read from the folder as before."""
+    from studies.training_regime import run_study
+
+    pd.DataFrame([{"regime": "long", "arm": a, "seed": s, "steps": 150, "online": 0.5,
+                   "final": 0.5} for a, s in (("grpo", 0), ("oracle", 0), ("oracle", 1))]
+                 ).to_csv(tmp_path / "pilot_runs.csv", index=False)
+    (run_dir(tmp_path, "pilot", "long", "oracle", 1)).mkdir(parents=True)
+    calls = []
+    monkeypatch.setattr(run_study, "run_one", lambda out, phase, setup, arm, seed, *a: (
+        calls.append((arm, seed)), run_dir(out, phase, setup.name, arm, seed).mkdir(
+            parents=True, exist_ok=True)))
+    todo = [("long", s, a) for s in (0, 1) for a in ("grpo", "oracle")]
+    run_study.run_plan(tmp_path, "pilot", todo, 150, "dev", wait=0.01)
+    assert calls == [("grpo", 1), ("oracle", 1)]
+
+
+def test_reproduce_compares_a_run_trained_again_with_its_row(tmp_path, monkeypatch):
+    """`reproduce` trains the recorded run again in `<out>/reproduce` and writes whether its
+    online reward, first steps and held-out accuracy equal the row's."""
+    from studies.training_regime import run_study
+
+    rewards = [0.5] * 75 + [0.75] * 75
+    pd.DataFrame([{"regime": "unique", "arm": "grpo", "seed": 1000, "steps": 150,
+                   "online": 0.75, "first_steps": 0.5, "final": 0.5, "step_seconds": 2.0}]
+                 ).to_csv(tmp_path / "confirm_runs.csv", index=False)
+
+    def train_again(out, phase, setup, arm, seed, steps, split, tag):  # or resume it
+        if not run_dir(out, phase, setup.name, arm, seed).is_dir():
+            _fake_run(out, setup.name, arm, seed, rewards, [1, 3], phase=phase, split=split)
+
+    monkeypatch.setattr(run_study, "run_one", train_again)
+    result = run_study.reproduce(tmp_path, "confirm", "grpo", 1000, 150)
+    assert result["equal"] and result["again"] == {"online": 0.75, "first_steps": 0.5,
+                                                   "final": 0.5}
+    assert json.loads((tmp_path / "confirm_reproduce.json").read_text()) == result
+    rows = pd.read_csv(tmp_path / "confirm_runs.csv").assign(final=0.625)
+    rows.to_csv(tmp_path / "confirm_runs.csv", index=False)
+    assert not run_study.reproduce(tmp_path, "confirm", "grpo", 1000, 150)["equal"]
+    with pytest.raises(SystemExit, match="no finished unique grpo seed 7"):
+        run_study.reproduce(tmp_path, "confirm", "grpo", 7, 150)
