@@ -507,7 +507,7 @@ def main_study(out: Path, steps: int) -> None:
 
 
 def reproduce(out: Path, phase: str, arm: str, seed: int, steps: int) -> dict:
-    """Amendment 5: train a recorded run of `phase` again in `<out>/reproduce/` and compare its
+    """Amendment 5: train a recorded run of `phase` again in `<out>/runs/reproduce/` and compare its
     row with the recorded one (`<phase>_reproduce.json`): on a new machine, the check that its
     runs continue the ones recorded."""
     from studies.training.summarize import run_row
@@ -522,7 +522,7 @@ def reproduce(out: Path, phase: str, arm: str, seed: int, steps: int) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    again = out / "reproduce"
+    again = out / "runs" / "reproduce"  # ignored, as runs/ is
     for folder in ("data", "main_plan.json"):  # the same problem files as the study's
         if (out / folder).exists() and not (again / folder).exists():
             again.mkdir(parents=True, exist_ok=True)

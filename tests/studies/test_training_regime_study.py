@@ -599,7 +599,7 @@ def test_the_runner_does_not_train_a_recorded_run_again(tmp_path, monkeypatch):
 
 
 def test_reproduce_compares_a_run_trained_again_with_its_row(tmp_path, monkeypatch):
-    """`reproduce` trains the recorded run again in `<out>/reproduce` and writes whether its
+    """`reproduce` trains the recorded run again in `<out>/runs/reproduce` and writes whether its
     online reward, first steps and held-out accuracy equal the row's."""
     from studies.training_regime import run_study
 
