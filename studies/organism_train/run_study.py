@@ -88,7 +88,7 @@ from pathlib import Path
 import yaml
 
 from cotcredit.training.metrics import read_metrics
-from studies import organism
+from studies.organism.problems import problem_file
 from studies.seed_runs import (
     format_interval,
     mean_interval,
@@ -432,8 +432,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=HERE, help="study folder (default: this one)")
     ap.add_argument("--config", type=Path, default=HERE / "config.yaml")
     ap.add_argument("--model", default=None, help="model folder (default: the config's)")
-    ap.add_argument("--eval-source", type=Path,
-                    default=organism.PROBLEMS / "test.jsonl")
+    ap.add_argument("--eval-source", type=Path, default=None,
+                    help="held-out problems (default: the organism's test split)")
     ap.add_argument("--eval-problems", type=int, default=100)
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -450,7 +450,8 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     held_out = out / "eval_problems.jsonl"
     if not held_out.is_file():
-        lines = args.eval_source.read_text(encoding="utf-8").splitlines(keepends=True)
+        source = args.eval_source or problem_file("test")
+        lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
         held_out.write_text("".join(lines[: args.eval_problems]), encoding="utf-8")
     if args.weights_at_start:
         weights_at_start(args, out, held_out)

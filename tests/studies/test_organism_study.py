@@ -203,3 +203,21 @@ def test_value_default_rule_needs_every_lower_bound_above_zero():
     for bad in [(0.0, 0.05), (0.1, -0.01)]:
         got = check.decide({"full": figures(0.1, 0.05), "early": figures(*bad)})
         assert got["default"].startswith("--value rhat")
+
+
+def test_a_missing_problem_file_is_written_from_its_seed(tmp_path, monkeypatch):
+    """The organism's problem files are not tracked: `problem_file` writes every split when
+    the asked one is absent (the same problems as `split_problems`) and leaves it alone after."""
+    from cotcredit.bench.organism.task import split_problems
+    from studies.organism import problems
+
+    monkeypatch.setattr(problems, "PROBLEMS", tmp_path)
+    monkeypatch.setattr(problems, "SIZES", {"train": 5, "dev": 3, "test": 4})
+    path = problems.problem_file("test")
+    assert path == tmp_path / "test.jsonl"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.jsonl", "test.jsonl",
+                                                          "train.jsonl"]
+    prompts = [json.loads(line)["prompt"] for line in path.read_text().splitlines()]
+    assert prompts == [p.prompt for p in split_problems({"test": 4})["test"]]
+    (tmp_path / "dev.jsonl").write_text("kept\n")
+    assert problems.problem_file("dev").read_text() == "kept\n"

@@ -45,12 +45,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from studies import organism
+from studies.organism.problems import problem_file
 from studies.organism_study import run_study as org
 from studies.summaries import write_comparison
 
 HERE = Path(__file__).resolve().parent
-PROBLEMS = organism.PROBLEMS / "dev.jsonl"
 ARMS = {"rredcot-rhat": "R̂ alone (the default)", "rredcot": "R̂ + v̂, remaining (candidate)",
         "rredcot-norm": "R̂ + v̂, remaining, per-token (reported only)"}
 CANDIDATE, REFERENCE = "rredcot", "rredcot-rhat"
@@ -60,7 +59,7 @@ def run_regime(out: Path, model: str, args) -> dict:
     """Traces, segments, the three arms and MC for one checkpoint; the paired figures."""
     out.mkdir(parents=True, exist_ok=True)
     log = org.read_log(out)
-    lines = PROBLEMS.read_text().splitlines(keepends=True)[: args.traces]
+    lines = problem_file("dev").read_text().splitlines(keepends=True)[: args.traces]
     (out / "problems.jsonl").write_text("".join(lines))
     org.run(out, "traces", ["generate", "problems.jsonl", "-o", "raw_traces.jsonl", "--samples",
                             "1", "--temperature", "1", "--max-new-tokens", "64", "--seed", "0",
