@@ -374,7 +374,12 @@ def summarize(out: Path, phase: str, *, steps: int) -> None:
     (out / f"{phase}_summary.md").write_text(text)
     print(text)
     for setup, t in table.groupby("regime", sort=False):
-        groups = {arm: [out / "runs" / phase / setup / f"{arm}-seed{s}"
-                        for s in sorted(t[t.arm == arm].seed)] for arm in t.arm.unique()}
+        # the curves read each run's metrics: runs known only by their rows are left out
+        groups = {arm: [run for s in sorted(t[t.arm == arm].seed)
+                        if (run := out / "runs" / phase / setup / f"{arm}-seed{s}").is_dir()]
+                  for arm in t.arm.unique()}
+        groups = {arm: runs for arm, runs in groups.items() if runs}
+        if not groups:
+            continue
         plot_seed_curves(groups, out / f"{phase}_curves_{setup}.png", window=15,
                          title=f"{setup}: training reward on unseen problems")

@@ -622,3 +622,22 @@ def test_reproduce_compares_a_run_trained_again_with_its_row(tmp_path, monkeypat
     assert not run_study.reproduce(tmp_path, "confirm", "grpo", 1000, 150)["equal"]
     with pytest.raises(SystemExit, match="no finished unique grpo seed 7"):
         run_study.reproduce(tmp_path, "confirm", "grpo", 7, 150)
+
+
+@pytest.mark.parametrize("phase", ["main", "confirm"])
+def test_the_published_tables_recompute_from_the_tracked_runs(tmp_path, phase):
+    """The tracked `<phase>_summary.csv|md` (and the main study's looks) are what `summary`
+    writes from the tracked `<phase>_runs.csv` alone (amendment 5: runs known by their rows),
+    byte for byte: the tables are checkable without the runs' folders."""
+    import shutil
+
+    from studies.training_regime import run_study
+
+    study = run_study.HERE
+    names = [f"{phase}_runs.csv"] + (["main_plan.json"] if phase == "main" else [])
+    for name in names:
+        shutil.copy(study / name, tmp_path / name)
+    run_study.main(["summary", phase, "--out", str(tmp_path)])
+    written = [f"{phase}_runs.csv", f"{phase}_summary.csv", f"{phase}_summary.md"]
+    for name in written + (["main_looks.json"] if phase == "main" else []):
+        assert (tmp_path / name).read_bytes() == (study / name).read_bytes(), name
