@@ -126,19 +126,21 @@ def looks_markdown(state: dict, plan: dict) -> str:
     it read (mean, z, its bounds, verdict), and the default rule's standing."""
     roles = plan["roles"]
     lines = ["## Looks (the plan's decisions)\n",
-             "| comparison | state | look | seeds | mean | z | efficacy z | futility z | verdict |",
-             "|---" * 9 + "|"]
+             "| comparison | state | look | seeds | mean | repeated 95% CI | z | efficacy z | "
+             "futility z | verdict |", "|---" * 10 + "|"]
     for role, looks in state["comparisons"].items():
         name = f"{roles[role]} − grpo"
         if not looks:
-            lines.append(f"| {name} | {state['state'][role]} | – | – | – | – | – | – | – |")
+            lines.append(f"| {name} | {state['state'][role]} |" + " – |" * 8)
         for r in looks:
             lines.append(f"| {name} | {state['state'][role]} | {r['look']} | {r['seeds']} | "
-                         f"{r['mean']:+.3f} | {r['z']:+.2f} | {r['z_bound']:.2f} | "
-                         f"{r['futility_z']:+.2f} | {r['verdict']} |")
+                         f"{r['mean']:+.3f} | [{r['rci_low']:+.3f}, {r['rci_high']:+.3f}] | "
+                         f"{r['z']:+.2f} | {r['z_bound']:.2f} | {r['futility_z']:+.2f} | "
+                         f"{r['verdict']} |")
     qualifies = [roles[r] for r, d in state["default"].items() if d["qualifies"]]
     lines += ["", f"Default rule (efficacy against grpo and against {roles['shuffled']} at the "
               f"same look): {', '.join(qualifies) if qualifies else 'no source qualifies yet'}. "
-              "The t-intervals in the tables below are not adjusted for the looks; the "
-              "decisions are these.", ""]
+              "The repeated confidence intervals hold over every look together, whenever the "
+              "study stops (amendment 6; clipped to [-1, +1]); the t-intervals in the tables "
+              "below are not adjusted for the looks; the decisions are the bounds.", ""]
     return "\n".join(lines)

@@ -293,6 +293,15 @@ look 2's seeds (no look had read them) and the two in flight do not. So:
   Training here is seeded and single-threaded, so the expectation is equality; if it differs
   the study goes on (a seed's arms all run on one machine and every comparison is paired
   within the seed) and the docs say by how much.
+
+Amendment 6 (2026-12-06 02:15, before look 2; seen: look 1, and amendment 5's check). Reporting
+only; no decision, bound or run changes. Each look also reports, per primary comparison, the
+repeated 95% confidence interval (Jennison and Turnbull): mean +- q se, q the t quantile
+(n - 1 df) of the look's two-sided efficacy boundary's nominal tail, clipped to [-1, +1];
+together over all looks they cover the true difference with 0.95 whenever the study stops, so
+they are the intervals to quote beside the decisions (at look 1 the bound z 12 makes them
+[-1, +1]: eight seeds can say nothing under this plan, which spends almost no alpha there).
+The unadjusted t-intervals stay in the tables, labelled so.
 """
 
 from __future__ import annotations

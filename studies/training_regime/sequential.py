@@ -191,6 +191,18 @@ def smallest_design(delta: float, sd: float, every: int, power: float = 0.8,
     raise ValueError(f"no plan up to {limit} seeds reaches power {power}")
 
 
+def repeated_interval(differences, c: float, bounds=(-1.0, 1.0)) -> tuple[float, float]:
+    """The repeated confidence interval at a look whose two-sided efficacy boundary is `c`
+    (Jennison and Turnbull): the means the look's test would not reject, mean +- q se with q
+    the t quantile of the boundary's nominal tail (`t_to_z` inverted). Over all looks together
+    they cover the true mean with the design's 1 - alpha, whenever the study stops; clipped to
+    `bounds`, the range a difference of rewards in [0, 1] can take."""
+    d = np.asarray(differences, dtype=float)
+    n = len(d)
+    half = float(stats.t.isf(stats.norm.sf(c), n - 1)) * d.std(ddof=1) / math.sqrt(n)
+    return max(bounds[0], d.mean() - half), min(bounds[1], d.mean() + half)
+
+
 def look(differences, plan: dict, index: int) -> dict:
     """The decision at look `index` (0-based) from the paired differences of its seeds (their
     t statistic on the z scale, `t_to_z`): `efficacy` at or above the look's z boundary,
@@ -212,6 +224,7 @@ def look(differences, plan: dict, index: int) -> dict:
         verdict = "futility"
     else:
         verdict = "continue"
+    low, high = repeated_interval(d, c)
     return {"look": index + 1, "seeds": n, "mean": float(d.mean()), "z": z,
             "p": float(stats.ttest_1samp(d, 0).pvalue), "z_bound": c, "futility_z": a,
-            "verdict": verdict}
+            "verdict": verdict, "rci_low": float(low), "rci_high": float(high)}
