@@ -278,7 +278,7 @@ machine the plan runs across rounds (every command resumes); a lent 16-core mach
 14-16 one-thread runs at once. The main runs use the training code of the commit that adds
 this amendment; a change to it during the study would be an amendment.
 
-Amendment 5 (2026-12-06 01:10, before any run it governs; seen: look 1, as committed). The
+Amendment 5 (2026-12-06 00:54, before any run it governs; seen: look 1, as committed). The
 machine the study ran on was replaced between rounds, and `runs/` (checkpoints: not tracked)
 with it. Look 1's 40 runs survive as rows of the tracked main_runs.csv; the 22 finished runs of
 look 2's seeds (no look had read them) and the two in flight do not. So:
@@ -294,7 +294,7 @@ look 2's seeds (no look had read them) and the two in flight do not. So:
   the study goes on (a seed's arms all run on one machine and every comparison is paired
   within the seed) and the docs say by how much.
 
-Amendment 6 (2026-12-06 02:15, before look 2; seen: look 1, and amendment 5's check). Reporting
+Amendment 6 (2026-12-06 02:00, before look 2; seen: look 1, and amendment 5's check). Reporting
 only; no decision, bound or run changes. Each look also reports, per primary comparison, the
 repeated 95% confidence interval (Jennison and Turnbull): mean +- q se, q the t quantile
 (n - 1 df) of the look's two-sided efficacy boundary's nominal tail, clipped to [-1, +1];
