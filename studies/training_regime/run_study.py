@@ -522,6 +522,8 @@ def reproduce(out: Path, phase: str, arm: str, seed: int, steps: int) -> dict:
     from studies.training.summarize import run_row
     from studies.training_regime.summarize import recorded_runs
 
+    if phase not in ("main", "confirm"):
+        raise SystemExit(f"reproduce: a run of the main study or the confirmatory one, not {phase}")
     plan = json.loads((out / "main_plan.json").read_text()) if phase == "main" else {}
     name = plan.get("setup", CONFIRM_SETUP)
     recorded = recorded_runs(out, phase, steps)
@@ -532,10 +534,9 @@ def reproduce(out: Path, phase: str, arm: str, seed: int, steps: int) -> dict:
 
     torch.set_num_threads(1)
     again = out / "runs" / "reproduce"  # ignored, as runs/ is
-    for folder in ("data", "main_plan.json"):  # the same problem files as the study's
-        if (out / folder).exists() and not (again / folder).exists():
-            again.mkdir(parents=True, exist_ok=True)
-            (again / folder).symlink_to(out / folder)
+    if (out / "data").is_dir() and not (again / "data").exists():  # the study's problem files
+        again.mkdir(parents=True, exist_ok=True)
+        (again / "data").symlink_to(out / "data")
     run_one(again, phase, SETUPS[name], arm, seed, steps, "test", f"[reproduce] {arm} {seed}")
     new = run_row(run_dir(again, phase, name, arm, seed), "test", steps)
     old = row.iloc[0].to_dict()

@@ -622,6 +622,8 @@ def test_reproduce_compares_a_run_trained_again_with_its_row(tmp_path, monkeypat
     assert not run_study.reproduce(tmp_path, "confirm", "grpo", 1000, 150)["equal"]
     with pytest.raises(SystemExit, match="no finished unique grpo seed 7"):
         run_study.reproduce(tmp_path, "confirm", "grpo", 7, 150)
+    with pytest.raises(SystemExit, match="not pilot"):
+        run_study.reproduce(tmp_path, "pilot", "grpo", 1000, 150)
 
 
 @pytest.mark.parametrize("phase", ["main", "confirm"])
