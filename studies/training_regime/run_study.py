@@ -499,8 +499,11 @@ def main_study(out: Path, steps: int) -> None:
     arms of the live comparisons seed by seed up to the next look, then that look's decisions
     (main_looks.json), until every comparison has stopped or read its last look."""
     from studies.training_regime.main_plan import write_progress
+    from studies.training_regime.pinned import differs, package_source
     from studies.training_regime.summarize import runs_table
 
+    if reason := differs(package_source()):
+        raise SystemExit(f"main: not amendment 4's training code: {reason}")
     plan = json.loads((out / "main_plan.json").read_text())
     before = None
     while True:

@@ -675,3 +675,36 @@ def test_repeated_intervals_invert_each_look_and_cover_over_all_looks():
         naive &= (m - q * s <= 0.01) & (0.01 <= m + q * s)
     assert covered.mean() == pytest.approx(0.95, abs=0.015)
     assert naive.mean() < 0.92
+
+
+def test_the_main_study_runs_only_on_its_pinned_training_code(tmp_path, monkeypatch):
+    """`pinned.differs` is empty for a checkout whose `src` is the commit's, and names the
+    reason for a changed or an untracked file or a missing commit; `run_study main` stops with
+    it before reading the plan."""
+    from studies.training_regime import pinned, run_study
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "a.py").write_text("x = 1\n")
+    (tmp_path / "README").write_text("outside src\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "pinned")
+    commit = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    assert pinned.differs(src, commit) == ""
+    (tmp_path / "README").write_text("a change outside src counts for nothing\n")
+    assert pinned.differs(src, commit) == ""
+    (src / "pkg" / "b.py").write_text("y = 2\n")
+    assert "1 file(s), e.g. src/pkg/b.py" in pinned.differs(src, commit)
+    (src / "pkg" / "b.py").unlink()
+    (src / "pkg" / "a.py").write_text("x = 2\n")
+    assert "e.g. src/pkg/a.py" in pinned.differs(src, commit)
+    assert "has commit 0000000" in pinned.differs(src, "0000000")
+    monkeypatch.setattr(pinned, "package_source", lambda: src)
+    monkeypatch.setattr(pinned, "TRAINING_CODE", commit)
+    with pytest.raises(SystemExit, match="not amendment 4's training code: .*src/pkg/a.py"):
+        run_study.main_study(tmp_path, 150)
