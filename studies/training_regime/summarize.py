@@ -36,13 +36,16 @@ def runs_table(out: Path, phase: str, steps: int):
     """Every finished run of `phase` (one row each: setup in `regime`, arm, seed, online,
     final, cost; `run_row`). A run whose folder is not here but whose row the tracked
     `<phase>_runs.csv` holds (amendment 5: `runs/` is not tracked and a new machine lacks it)
-    is read from that row."""
+    is read from that row. Finished means trained to the last step and evaluated on the
+    held-out split, as `run_plan` and `recorded_runs` count it: a table written while a run is
+    being evaluated then recomputes from its rows alone."""
     import pandas as pd
 
     split = "dev" if phase == "pilot" else "test"
     rows = [run_row(run, split, steps)
             for run in sorted((out / "runs" / phase).glob("*/*-seed*"))
-            if (run / f"checkpoint-{steps}" / "trainer_state.json").is_file()]
+            if (run / f"checkpoint-{steps}" / "trainer_state.json").is_file()
+            and (run / f"heldout_{split}.json").is_file()]
     table = pd.DataFrame(rows, columns=None if rows else ["regime", "arm", "seed", "online"])
     recorded = recorded_runs(out, phase, steps)
     here = set(zip(table.regime, table.arm, table.seed, strict=True))

@@ -580,6 +580,20 @@ def test_a_recorded_run_whose_folder_is_gone_is_read_from_its_row(tmp_path):
     assert list(table.arm) == ["grpo", "grpo", "oracle"] and list(table.seed) == [0, 1, 0]
 
 
+def test_a_run_not_yet_evaluated_is_not_finished(tmp_path):
+    """A run trained to its last step whose held-out evaluation has not been written is not a
+    row of `runs_table` (nor of the `<phase>_runs.csv` written from it) until it is: the
+    published tables then recompute from their rows alone, whenever they were written."""
+    _fake_run(tmp_path, "long", "grpo", 0, [0.25] * 150, [1, 2])
+    evaluating = _fake_run(tmp_path, "long", "oracle", 0, [0.5] * 150, [1, 2])
+    (evaluating / "heldout_dev.json").unlink()
+    assert (evaluating / "checkpoint-150" / "trainer_state.json").is_file()
+    table = S.runs_table(tmp_path, "pilot", 150)
+    assert list(zip(table.arm, table.seed)) == [("grpo", 0)]
+    table.to_csv(tmp_path / "pilot_runs.csv", index=False)
+    assert S.recorded_runs(tmp_path, "pilot", 150).equals(table)
+
+
 def test_the_runner_does_not_train_a_recorded_run_again(tmp_path, monkeypatch):
     """`run_plan` leaves out the runs `<phase>_runs.csv` records whose folders are gone and
     trains the rest; a recorded run whose folder is here is read from the folder as before."""
