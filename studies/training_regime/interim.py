@@ -21,6 +21,7 @@ from pathlib import Path
 
 from cotcredit.report.bootstrap import mean_interval as bootstrap_interval
 from cotcredit.training.metrics import read_metrics
+from studies.training.run_study import finished
 
 BOOT, BOOT_SEED = 10_000, 0
 UNIT_COLUMNS = ["setup", "arm", "seed", "metric", "unit", "value"]
@@ -51,7 +52,7 @@ def units_table(out: Path, phase: str, steps: int):
 
     split = "dev" if phase == "pilot" else "test"
     rows = [row for run in sorted((out / "runs" / phase).glob("*/*-seed*"))
-            if (run / f"checkpoint-{steps}" / "trainer_state.json").is_file()
+            if finished(run, steps)
             for row in unit_values(run, split, steps)]
     return pd.DataFrame(rows, columns=UNIT_COLUMNS)
 
@@ -108,7 +109,7 @@ def partial_runs(out: Path, phase: str, steps: int) -> list[dict]:
 
     split = "dev" if phase == "pilot" else "test"
     return [run_row(run, split, steps) for run in sorted((out / "runs" / phase).glob("*/*-seed*"))
-            if not (run / f"checkpoint-{steps}" / "trainer_state.json").is_file()
+            if not finished(run, steps)
             and (run / "metrics.jsonl").is_file()]
 
 

@@ -312,8 +312,16 @@ import json
 import time
 from pathlib import Path
 
+from studies.training.run_study import finished
 from studies.training_regime.locks import claim, release
-from studies.training_regime.setups import SETUPS, Setup, problem_files, run_config, run_dir
+from studies.training_regime.setups import (
+    SETUPS,
+    Setup,
+    evaluated,
+    problem_files,
+    run_config,
+    run_dir,
+)
 
 HERE = Path(__file__).resolve().parent
 STEPS = 150
@@ -328,11 +336,6 @@ CONFIRM_SETUP, CONFIRM_ARMS = "unique", ("grpo", "rredcot-earlier")
 CONFIRM_SEEDS = tuple(range(1000, 1032))
 CONFIRM_INTERIM = 16  # seeds at the interim look
 LOOK_EVERY = 8  # amendment 4: the main study's looks
-
-
-def finished(run: Path, steps: int) -> bool:
-    """Whether `run` trained `steps` steps (its last checkpoint is at that step)."""
-    return (run / f"checkpoint-{steps}" / "trainer_state.json").is_file()
 
 
 def run_one(out: Path, phase: str, setup: Setup, arm: str, seed: int, steps: int,
@@ -392,7 +395,7 @@ def run_plan(out: Path, phase: str, todo: list[tuple[str, int, str]], steps: int
             tag = f"[{phase} {i + 1}/{len(todo)}] {name} {arm} seed {seed}"
             if not run.is_dir() and (name, arm, seed) in recorded:  # amendment 5
                 print(f"{tag}: recorded in {phase}_runs.csv (its folder is not here)", flush=True)
-            elif (run / f"heldout_{split}.json").is_file():
+            elif evaluated(run, split):
                 run_one(out, phase, SETUPS[name], arm, seed, steps, split, tag)
             elif claim(run):
                 try:

@@ -128,6 +128,11 @@ def run_dir(out: Path, phase: str, setup: str, arm: str, seed: int) -> Path:
     return out / "runs" / phase / setup / f"{arm}-seed{seed}"
 
 
+def evaluated(run: Path, split: str) -> bool:
+    """Whether `run`'s held-out accuracy on `split` is written (the last thing a run does)."""
+    return (run / f"heldout_{split}.json").is_file()
+
+
 def run_config(out: Path, phase: str, setup: Setup, arm: str, seed: int, steps: int,
                save_every: int = 50) -> Path:
     """The run's config file (paths relative to it, as `cotcredit train` reads them)."""

@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 
 from studies.seed_runs import mean_interval, plot_seed_curves
+from studies.training.run_study import finished
 from studies.training.summarize import recovered, run_row, seeds_for_power
 from studies.training_regime.interim import (
     interim_markdown,
@@ -25,6 +26,7 @@ from studies.training_regime.interim import (
     partial_runs,
     units_table,
 )
+from studies.training_regime.setups import evaluated
 
 BAR = 0.03  # the oracle's gain over grpo the pilot looks for
 FORMS = {"reweight": "oracle", "segment-rewards": "oracle-sr"}
@@ -44,8 +46,7 @@ def runs_table(out: Path, phase: str, steps: int):
     split = "dev" if phase == "pilot" else "test"
     rows = [run_row(run, split, steps)
             for run in sorted((out / "runs" / phase).glob("*/*-seed*"))
-            if (run / f"checkpoint-{steps}" / "trainer_state.json").is_file()
-            and (run / f"heldout_{split}.json").is_file()]
+            if finished(run, steps) and evaluated(run, split)]
     table = pd.DataFrame(rows, columns=None if rows else ["regime", "arm", "seed", "online"])
     recorded = recorded_runs(out, phase, steps)
     here = set(zip(table.regime, table.arm, table.seed, strict=True))
