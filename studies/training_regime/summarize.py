@@ -241,6 +241,9 @@ def summary_rows(table, base_arms=("grpo",)) -> list[dict]:
             if arm != "grpo" and not arm.startswith("oracle") and oracle in set(t.arm):
                 row["recovered"], row["recovered_low"], row["recovered_high"] = recovered(
                     t, arm, oracle, "online")
+            # how far the source moved credit inside a completion (RMS of a_t / A − 1; grpo: –)
+            row["weight_spread"] = (float(a.weight_std.median()) if "weight_std" in a
+                                    else math.nan)
             row["step_seconds"] = float(a.step_seconds.median())
             row["credit_seconds"] = float(a.credit_seconds.median())
             row["x_grpo"] = row["step_seconds"] / grpo_seconds if grpo_seconds else math.nan
@@ -270,20 +273,22 @@ def summary_markdown(rows: list[dict]) -> str:
     out = []
     for setup in dict.fromkeys(r["setup"] for r in rows):
         out += [f"### {setup}\n", "| arm | " + " | ".join(c for c, _ in cols) +
-                " | s / step | × grpo | credit s / step | step ÷ (step − credit) |",
-                "|---" * (len(cols) + 5) + "|"]
+                " | weight spread | s / step | × grpo | credit s / step | step ÷ (step − credit) |",
+                "|---" * (len(cols) + 6) + "|"]
         for r in (r for r in rows if r["setup"] == setup):
             cells = [str(r["seeds"]) if k is None else _ci(r, k, 2 if k == "recovered" else 3)
                      for _, k in cols]
             out.append(f"| {r['arm']} | " + " | ".join(cells) +
-                       f" | {r['step_seconds']:.2f} | {r['x_grpo']:.2f} | "
-                       f"{r['credit_seconds']:.2f} | {r['within_ratio']:.2f} |")
+                       f" | {r['weight_spread']:.2f} | {r['step_seconds']:.2f} | "
+                       f"{r['x_grpo']:.2f} | {r['credit_seconds']:.2f} | {r['within_ratio']:.2f} |")
         out.append("")
     out.append("Means over seeds with 95% t-intervals; differences paired by seed over the seeds "
                "both arms have; shuffled and oracle: the same form's. Share: (arm − grpo) / "
-               "(oracle − grpo) of the means, percentile bootstrap over seeds. Seconds: medians "
-               "over steps, the median over seeds (the machine's load moves them; the last "
-               "column does not).\n")
+               "(oracle − grpo) of the means, percentile bootstrap over seeds. Weight spread: how "
+               "far the source moved credit inside a completion, the root mean square of a_t / A "
+               "− 1 over its tokens (0: plain GRPO). It and the seconds: medians over steps, the "
+               "median over seeds (the machine's load moves the seconds; the last column does "
+               "not).\n")
     return "\n".join(out).replace("nan", "–")
 
 
