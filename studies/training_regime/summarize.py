@@ -52,9 +52,9 @@ def runs_table(out: Path, phase: str, steps: int):
     here = set(zip(table.regime, table.arm, table.seed, strict=True))
     gone = recorded[[k not in here for k in zip(recorded.regime, recorded.arm, recorded.seed,
                                                  strict=True)]]
-    if gone.empty:
-        return table
-    table = pd.concat([table, gone], ignore_index=True) if rows else gone
+    if not gone.empty:
+        table = pd.concat([table, gone], ignore_index=True) if rows else gone
+    # one order whichever runs have folders here, so the tables recompute from the rows alone
     return table.sort_values(["regime", "arm", "seed"], ignore_index=True)
 
 
@@ -293,15 +293,19 @@ def summary_markdown(rows: list[dict]) -> str:
 
 
 def start_accuracies(out: Path) -> dict[str, float]:
-    """Each setup's dev accuracy before training (runs/start/<setup>.json)."""
-    return {p.stem: json.loads(p.read_text())["accuracy"]
-            for p in sorted((out / "runs" / "start").glob("*.json"))}
+    """Each setup's dev accuracy before training: `runs/start/<setup>.json`, else the tracked
+    `pilot_start.json` that `summary pilot` writes from them (`runs/` is not tracked)."""
+    tracked = out / "pilot_start.json"
+    start = json.loads(tracked.read_text()) if tracked.is_file() else {}
+    start.update({p.stem: json.loads(p.read_text())["accuracy"]
+                  for p in sorted((out / "runs" / "start").glob("*.json"))})
+    return start
 
 
-def pilot_markdown(table, out: Path) -> str:
-    """The pilot table: per candidate, stage and oracle span, oracle − grpo in both forms."""
+def pilot_markdown(table, start: dict[str, float]) -> str:
+    """The pilot table: per candidate, stage and oracle span, oracle − grpo in both forms
+    (`start`: each setup's dev accuracy before training)."""
     choice = pilot_choice(table)
-    start = start_accuracies(out)
     lines = ["| setup | oracle span | stage (seeds) | start dev acc. | grpo online | oracle − "
              "grpo online (reweight) | (segment-rewards) | oracle − grpo dev acc. (reweight) | "
              "(segment-rewards) | grpo s / step |", "|---" * 10 + "|"]
@@ -373,7 +377,9 @@ def summarize(out: Path, phase: str, *, steps: int) -> None:
     pd.DataFrame(rows).to_csv(out / f"{phase}_summary.csv", index=False)
     text = looks + summary_markdown(rows)
     if phase == "pilot":
-        text = pilot_markdown(table, out) + "\n" + text
+        start = start_accuracies(out)
+        (out / "pilot_start.json").write_text(json.dumps(start, indent=1, sort_keys=True) + "\n")
+        text = pilot_markdown(table, start) + "\n" + text
         choice = pilot_choice(table)
         if not choice["complete"]:
             text = interim_pilot(out, table, steps) + "\n" + text

@@ -390,14 +390,14 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
 def test_the_pilot_table_says_what_stage_1_chose_and_what_is_pending(tmp_path):
     t = _table({"long": (0.01, 0.0), "long-g4": (0.0, 0.02), "long-hard": (0.015, 0.0),
                 "unique-g4": (0.005, 0.0)}, seeds=range(2), noise=0.004)
-    text = S.pilot_markdown(t, tmp_path)
+    text = S.pilot_markdown(t, {})
     assert "Ranking: long-g4, long-hard, long, unique-g4." in text
     assert "Stage 2 (seeds 2-7) runs on long-g4 (and on long-hard" in text
     assert "Chosen" not in text
     full = _table({"long": (0.01, 0.0), "long-g4": (0.0, 0.02), "long-hard": (0.015, 0.0),
                    "unique-g4": (0.005, 0.0)}, noise=0.004)
     assert "Chosen: long-g4 (oracle-sr, segment-rewards); bar of +0.03 with the interval " \
-        "above 0 not met." in S.pilot_markdown(full, tmp_path)
+        "above 0 not met." in S.pilot_markdown(full, {})
 
 
 # -- the group-sequential plan (protocol step 2's fallback) -----------------------------------
@@ -640,22 +640,25 @@ def test_reproduce_compares_a_run_trained_again_with_its_row(tmp_path, monkeypat
         run_study.reproduce(tmp_path, "pilot", "grpo", 1000, 150)
 
 
-@pytest.mark.parametrize("phase", ["main", "confirm"])
+@pytest.mark.parametrize("phase", ["pilot", "main", "confirm"])
 def test_the_published_tables_recompute_from_the_tracked_runs(tmp_path, phase):
-    """The tracked `<phase>_summary.csv|md` (and the main study's looks) are what `summary`
-    writes from the tracked `<phase>_runs.csv` alone (amendment 5: runs known by their rows),
-    byte for byte: the tables are checkable without the runs' folders."""
+    """The tracked `<phase>_summary.csv|md` (and the main study's looks, the pilot's choice) are
+    what `summary` writes from the tracked `<phase>_runs.csv` alone (amendment 5: runs known by
+    their rows; the pilot's start accuracies from `pilot_start.json`), byte for byte: the tables
+    are checkable without the runs' folders."""
     import shutil
 
     from studies.training_regime import run_study
 
     study = run_study.HERE
-    names = [f"{phase}_runs.csv"] + (["main_plan.json"] if phase == "main" else [])
-    for name in names:
+    inputs = {"main": ["main_plan.json"], "pilot": ["pilot_start.json"]}.get(phase, [])
+    for name in [f"{phase}_runs.csv"] + inputs:
         shutil.copy(study / name, tmp_path / name)
     run_study.main(["summary", phase, "--out", str(tmp_path)])
     written = [f"{phase}_runs.csv", f"{phase}_summary.csv", f"{phase}_summary.md"]
-    for name in written + (["main_looks.json"] if phase == "main" else []):
+    written += {"main": ["main_looks.json"], "pilot": ["pilot_choice.json", "pilot_start.json"]
+                }.get(phase, [])
+    for name in written:
         assert (tmp_path / name).read_bytes() == (study / name).read_bytes(), name
 
 
