@@ -144,3 +144,37 @@ def looks_markdown(state: dict, plan: dict) -> str:
               "study stops (amendment 6; clipped to [-1, +1]); the t-intervals in the tables "
               "below are not adjusted for the looks; the decisions are the bounds.", ""]
     return "\n".join(lines)
+
+
+def _minus(text: str) -> str:
+    return text.replace("-", "−")  # the docs' typographic minus
+
+
+def look_docs_tables(table, state: dict, plan: dict, k: int) -> str:
+    """Look `k`'s two tables as the docs print them (docs/training/credit.md): each primary
+    comparison's decision with its repeated interval, then the look's seeds described with
+    t-intervals not adjusted for the looks (the oracle, the sources, the shuffled control)."""
+    from studies.training_regime.summarize import _ci, summary_rows
+
+    roles = plan["roles"]
+    read = {role: r for role, looks in state["comparisons"].items() for r in looks
+            if r["look"] == k}
+    if not read:
+        raise ValueError(f"no comparison has read look {k}")
+    lines = ["| comparison | online mean | z | repeated 95% CI | decision |", "|---" * 5 + "|"]
+    for role, r in read.items():
+        cells = (f"{r['mean']:+.3f} | {r['z']:+.2f} | "
+                 f"[{r['rci_low']:+.3f}, {r['rci_high']:+.3f}]")
+        lines.append(f"| {roles[role]} − grpo | {_minus(cells)} | {r['verdict']} |")
+    n = next(iter(read.values()))["seeds"]
+    rows = {r["arm"]: r for r in summary_rows(table[table.seed.isin(plan["seeds"][:n])])}
+    shuffled = roles["shuffled"]
+    order = [roles["oracle"], *sorted(roles[s] for s in SOURCES + LAST), shuffled]
+    lines += ["", f"| arm | online − grpo | held-out − grpo | online − {shuffled} | share of the "
+              "oracle's gain | s / step × grpo |", "|---" * 6 + "|"]
+    for arm in (a for a in order if a in rows):
+        r = rows[arm]
+        cells = [_ci(r, "online_vs_grpo"), _ci(r, "final_vs_grpo"),
+                 _ci(r, "online_vs_shuffled"), _ci(r, "recovered", 2), f"{r['x_grpo']:.2f}"]
+        lines.append(f"| {arm} | " + " | ".join(_minus(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -725,3 +725,30 @@ def test_the_main_study_runs_only_on_its_pinned_training_code(tmp_path, monkeypa
     monkeypatch.setattr(pinned, "TRAINING_CODE", commit)
     with pytest.raises(SystemExit, match="not amendment 4's training code: .*src/pkg/a.py"):
         run_study.main_study(tmp_path, 150)
+
+
+def test_the_docs_print_each_looks_tables_as_the_tracked_runs_give_them():
+    """Every look read so far has its tables in docs/training/credit.md as `look_docs_tables`
+    computes them from the tracked rows and looks: the unadjusted table of the look's seeds and
+    (from look 2, when the repeated intervals came in) the decisions. A look's paragraph is
+    written by pasting `look_docs_tables`' output; this catches a figure copied wrong."""
+    import pandas as pd
+
+    from studies.training_regime import run_study
+    from studies.training_regime.main_plan import look_docs_tables
+
+    study = run_study.HERE
+    plan = json.loads((study / "main_plan.json").read_text())
+    state = json.loads((study / "main_looks.json").read_text())
+    table = pd.read_csv(study / "main_runs.csv")
+    docs = (study.parent.parent / "docs" / "training" / "credit.md").read_text()
+    looks = sorted({r["look"] for rs in state["comparisons"].values() for r in rs})
+    assert looks, "no look read yet"
+    for k in looks:
+        decisions, described = look_docs_tables(table, state, plan, k).split("\n\n")
+        assert f"**Look {k} (" in docs
+        assert described.strip() in docs, f"look {k}'s unadjusted table"
+        if k >= 2:
+            assert decisions in docs, f"look {k}'s decisions"
+    with pytest.raises(ValueError, match="no comparison has read look"):
+        look_docs_tables(table, state, plan, looks[-1] + 1)
