@@ -77,7 +77,9 @@ class Scorer:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         # Query tokens per packed pass: bounds the (queries x keys) mask and attention memory.
-        self.query_budget = query_budget or (4096 if self.device.type == "cuda" else 1024)
+        # On CPU the masked-out part of a large pass costs more than the extra passes of a
+        # small one (benchmarks/bench_query_budget.py).
+        self.query_budget = query_budget or (4096 if self.device.type == "cuda" else 256)
         self.fingerprint = ""  # content hash of a local model folder (set by load_scorer)
         self.layout = AttentionLayout.of(model.config)
         self.head = OutputHead(model)  # the float32 head, checked once against the model
