@@ -154,7 +154,7 @@ def look_docs_tables(table, state: dict, plan: dict, k: int) -> str:
     """Look `k`'s two tables as the docs print them (docs/training/credit.md): each primary
     comparison's decision with its repeated interval, then the look's seeds described with
     t-intervals not adjusted for the looks (the oracle, the sources, the shuffled control)."""
-    from studies.training_regime.summarize import _ci, summary_rows
+    from studies.training_regime.summarize import interval_cell, summary_rows
 
     roles = plan["roles"]
     read = {role: r for role, looks in state["comparisons"].items() for r in looks
@@ -174,7 +174,8 @@ def look_docs_tables(table, state: dict, plan: dict, k: int) -> str:
               "oracle's gain | s / step × grpo |", "|---" * 6 + "|"]
     for arm in (a for a in order if a in rows):
         r = rows[arm]
-        cells = [_ci(r, "online_vs_grpo"), _ci(r, "final_vs_grpo"),
-                 _ci(r, "online_vs_shuffled"), _ci(r, "recovered", 2), f"{r['x_grpo']:.2f}"]
+        cells = [interval_cell(r, "online_vs_grpo"), interval_cell(r, "final_vs_grpo"),
+                 interval_cell(r, "online_vs_shuffled"), interval_cell(r, "recovered", 2),
+                 f"{r['x_grpo']:.2f}"]
         lines.append(f"| {arm} | " + " | ".join(_minus(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"

@@ -253,7 +253,9 @@ def summary_rows(table, base_arms=("grpo",)) -> list[dict]:
     return rows
 
 
-def _ci(row: dict, key: str, digits: int = 3) -> str:
+def interval_cell(row: dict, key: str, digits: int = 3) -> str:
+    """`row[key]` with its interval (`<key>_low`, `<key>_high`) as the tables print it: signed
+    for differences and shares, "–" when missing."""
     m = row.get(key, math.nan)
     lo, hi = row.get(f"{key}_low", math.nan), row.get(f"{key}_high", math.nan)
     if m is None or not math.isfinite(m):
@@ -276,8 +278,8 @@ def summary_markdown(rows: list[dict]) -> str:
                 " | weight spread | s / step | × grpo | credit s / step | step ÷ (step − credit) |",
                 "|---" * (len(cols) + 6) + "|"]
         for r in (r for r in rows if r["setup"] == setup):
-            cells = [str(r["seeds"]) if k is None else _ci(r, k, 2 if k == "recovered" else 3)
-                     for _, k in cols]
+            cells = [str(r["seeds"]) if k is None
+                     else interval_cell(r, k, 2 if k == "recovered" else 3) for _, k in cols]
             out.append(f"| {r['arm']} | " + " | ".join(cells) +
                        f" | {r['weight_spread']:.2f} | {r['step_seconds']:.2f} | "
                        f"{r['x_grpo']:.2f} | {r['credit_seconds']:.2f} | {r['within_ratio']:.2f} |")
@@ -342,7 +344,8 @@ def pilot_markdown(table, start: dict[str, float]) -> str:
 
 
 def _gain_cell(g: dict) -> str:
-    return _ci({"x_vs_": g["gain"], "x_vs__low": g["low"], "x_vs__high": g["high"]}, "x_vs_")
+    return interval_cell({"x_vs_": g["gain"], "x_vs__low": g["low"], "x_vs__high": g["high"]},
+                         "x_vs_")
 
 
 def interim_pilot(out: Path, table, steps: int) -> str:
