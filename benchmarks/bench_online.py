@@ -37,6 +37,19 @@ def timed(fn, repeats: int):
     return statistics.median(times), result
 
 
+def lookup_completions(scorer, n: int) -> tuple[list, list, list, list]:
+    """The first `n` lookup-study traces (repeated when fewer) as a trainer hands them over:
+    prompt token ids, completion token ids (reasoning and answer, then EOS), answers and
+    reference solutions."""
+    tok = scorer.tokenizer
+    rows = [json.loads(line) for line in TRACES.read_text().splitlines() if line.strip()]
+    rows = (rows * (n // len(rows) + 1))[:n]
+    prompts = [scorer.encode_prompt(r["prompt"]) for r in rows]
+    completions = [tok.encode(r["response"], add_special_tokens=False) + [tok.eos_token_id]
+                   for r in rows]
+    return prompts, completions, [str(r["answer"]) for r in rows], [r.get("solution") for r in rows]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct")
@@ -51,13 +64,7 @@ def main() -> None:
 
     scorer = load_scorer(ModelOptions(model=args.model, device="cpu"))
     tok = scorer.tokenizer
-    rows = [json.loads(line) for line in TRACES.read_text().splitlines() if line.strip()]
-    rows = (rows * (args.n // len(rows) + 1))[: args.n]
-    prompt_ids = [scorer.encode_prompt(r["prompt"]) for r in rows]
-    completion_ids = [tok.encode(r["response"], add_special_tokens=False) + [tok.eos_token_id]
-                      for r in rows]
-    answers = [str(r["answer"]) for r in rows]
-    solutions = [r.get("solution") for r in rows]
+    prompt_ids, completion_ids, answers, solutions = lookup_completions(scorer, args.n)
     online = OnlineRredcot(scorer.model, tok, RredcotOptions(value=args.value, sum_to="advantage"),
                            segments=args.segments)
     online.score_one(prompt_ids[0], completion_ids[0], answers[0], solutions[0])  # warm-up

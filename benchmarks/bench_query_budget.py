@@ -21,18 +21,15 @@ of --repeats. The check: every segment reward and g agrees with the first budget
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
+from bench_online import lookup_completions  # the script's own folder is on sys.path
 
 from cotcredit.lm import ModelOptions, load_scorer
 from cotcredit.methods.rredcot import RredcotOptions
 from cotcredit.training.online import OnlineRredcot
-
-TRACES = Path(__file__).resolve().parent.parent / "examples" / "lookup" / "study_traces.jsonl"
 
 
 def main() -> None:
@@ -50,16 +47,9 @@ def main() -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
 
     scorer = load_scorer(ModelOptions(model=args.model, device="cpu"))
-    tok = scorer.tokenizer
-    rows = [json.loads(line) for line in TRACES.read_text().splitlines() if line.strip()]
-    rows = (rows * (args.n // len(rows) + 1))[: args.n]
-    prompts = [scorer.encode_prompt(r["prompt"]) for r in rows]
-    completions = [tok.encode(r["response"], add_special_tokens=False) + [tok.eos_token_id]
-                   for r in rows]
-    answers = [str(r["answer"]) for r in rows]
-    solutions = [r.get("solution") for r in rows]
-    online = OnlineRredcot(scorer.model, tok, RredcotOptions(value=args.value, sum_to="advantage"),
-                           segments=args.segments)
+    prompts, completions, answers, solutions = lookup_completions(scorer, args.n)
+    options = RredcotOptions(value=args.value, sum_to="advantage")
+    online = OnlineRredcot(scorer.model, scorer.tokenizer, options, segments=args.segments)
 
     def score(budget: int) -> tuple[float, list[float]]:
         online.scorer.query_budget = budget
