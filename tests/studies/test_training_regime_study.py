@@ -616,6 +616,7 @@ def test_reproduce_compares_a_run_trained_again_with_its_row(tmp_path, monkeypat
     """`reproduce` trains the recorded run again in `<out>/runs/reproduce` and writes whether its
     online reward, first steps and held-out accuracy equal the row's."""
     from studies.training_regime import run_study
+    from studies.training_regime.reproduce import reproduce
 
     rewards = [0.5] * 75 + [0.75] * 75
     pd.DataFrame([{"regime": "unique", "arm": "grpo", "seed": 1000, "steps": 150,
@@ -627,17 +628,17 @@ def test_reproduce_compares_a_run_trained_again_with_its_row(tmp_path, monkeypat
             _fake_run(out, setup.name, arm, seed, rewards, [1, 3], phase=phase, split=split)
 
     monkeypatch.setattr(run_study, "run_one", train_again)
-    result = run_study.reproduce(tmp_path, "confirm", "grpo", 1000, 150)
+    result = reproduce(tmp_path, "confirm", "grpo", 1000, 150)
     assert result["equal"] and result["again"] == {"online": 0.75, "first_steps": 0.5,
                                                    "final": 0.5}
     assert json.loads((tmp_path / "confirm_reproduce.json").read_text()) == result
     rows = pd.read_csv(tmp_path / "confirm_runs.csv").assign(final=0.625)
     rows.to_csv(tmp_path / "confirm_runs.csv", index=False)
-    assert not run_study.reproduce(tmp_path, "confirm", "grpo", 1000, 150)["equal"]
+    assert not reproduce(tmp_path, "confirm", "grpo", 1000, 150)["equal"]
     with pytest.raises(SystemExit, match="no finished unique grpo seed 7"):
-        run_study.reproduce(tmp_path, "confirm", "grpo", 7, 150)
+        reproduce(tmp_path, "confirm", "grpo", 7, 150)
     with pytest.raises(SystemExit, match="not pilot"):
-        run_study.reproduce(tmp_path, "pilot", "grpo", 1000, 150)
+        reproduce(tmp_path, "pilot", "grpo", 1000, 150)
 
 
 @pytest.mark.parametrize("phase", ["pilot", "main", "confirm"])
