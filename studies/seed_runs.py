@@ -198,15 +198,29 @@ def seed_run_summary(
     return table
 
 
-def format_interval(row, key: str, digits: int = 3) -> str:
+def _finite(value) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def format_interval(row, key: str, digits: int = 3, *, signed: bool = False) -> str:
     """``row[key]`` with its interval ``row[key_low]``, ``row[key_high]`` as "m [lo, hi]"
-    ("m" alone without an interval, "–" without a value)."""
-    mean, low, high = row[key], row[f"{key}_low"], row[f"{key}_high"]
-    if not math.isfinite(mean):
+    ("m" alone without an interval, "–" without a value or key); ``signed`` writes "+" on
+    positive numbers."""
+    mean = row.get(key, math.nan)
+    low, high = row.get(f"{key}_low", math.nan), row.get(f"{key}_high", math.nan)
+    if not _finite(mean):
         return "–"
-    if not math.isfinite(low):
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+    sign = "+" if signed else ""
+    text = f"{mean:{sign}.{digits}f}"
+    if _finite(low) and _finite(high):
+        text += f" [{low:{sign}.{digits}f}, {high:{sign}.{digits}f}]"
+    return text
+
+
+def interval_cell(row, key: str, digits: int = 3) -> str:
+    """`format_interval` as the training studies' tables print a cell: signed for differences
+    (keys with `_vs_`) and for the share of the oracle's gain (`recovered`)."""
+    return format_interval(row, key, digits, signed="_vs_" in key or key == "recovered")
 
 
 def run_finished(output_dir: str | Path, steps: int) -> bool:

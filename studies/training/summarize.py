@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from cotcredit.training.metrics import read_metrics
-from studies.seed_runs import mean_interval, plot_seed_curves
+from studies.seed_runs import interval_cell, mean_interval, plot_seed_curves
 
 
 def _median(values) -> float:
@@ -156,17 +156,6 @@ def summary_table(table):
     return pd.DataFrame(rows)
 
 
-def _ci(row, key: str, digits: int = 3) -> str:
-    m, lo, hi = row[key], row[f"{key}_low"], row[f"{key}_high"]
-    if not math.isfinite(m):
-        return "–"
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f"{m:+.{digits}f}" if "_vs_" in key else f"{m:.{digits}f}"
-    if "_vs_" in key or key == "recovered":
-        return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
-    return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
 def summary_markdown(summary) -> str:
     """The summary table as Markdown (one table per regime)."""
     out = []
@@ -179,10 +168,10 @@ def summary_markdown(summary) -> str:
         for _, r in t.iterrows():
             credit = r["credit_seconds"]
             out.append(
-                f"| {r['arm']} | {r['online_seeds']} / {r['final_seeds']} | {_ci(r, 'online')} | "
-                f"{_ci(r, 'final')} | "
-                f"{_ci(r, 'online_vs_grpo')} | {_ci(r, 'final_vs_grpo')} | "
-                f"{_ci(r, 'online_vs_oracle')} | {_ci(r, 'recovered', 2)} | "
+                f"| {r['arm']} | {r['online_seeds']} / {r['final_seeds']} | "
+                f"{interval_cell(r, 'online')} | {interval_cell(r, 'final')} | "
+                f"{interval_cell(r, 'online_vs_grpo')} | {interval_cell(r, 'final_vs_grpo')} | "
+                f"{interval_cell(r, 'online_vs_oracle')} | {interval_cell(r, 'recovered', 2)} | "
                 f"{r['step_seconds']:.2f} | {r['cost_ratio']:.2f} | "
                 f"{credit:.2f} | {r['within_ratio']:.2f} |".replace("nan", "–"))
         out.append("")

@@ -154,7 +154,8 @@ def look_docs_tables(table, state: dict, plan: dict, k: int) -> str:
     """Look `k`'s two tables as the docs print them (docs/training/credit.md): each primary
     comparison's decision with its repeated interval, then the look's seeds described with
     t-intervals not adjusted for the looks (the oracle, the sources, the shuffled control)."""
-    from studies.training_regime.summarize import interval_cell, summary_rows
+    from studies.seed_runs import interval_cell
+    from studies.training_regime.summarize import summary_rows
 
     roles = plan["roles"]
     read = {role: r for role, looks in state["comparisons"].items() for r in looks

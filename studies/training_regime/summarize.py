@@ -17,7 +17,7 @@ import json
 import math
 from pathlib import Path
 
-from studies.seed_runs import mean_interval, plot_seed_curves
+from studies.seed_runs import interval_cell, mean_interval, plot_seed_curves
 from studies.training.run_study import finished
 from studies.training.summarize import recovered, run_row, seeds_for_power
 from studies.training_regime.interim import (
@@ -251,20 +251,6 @@ def summary_rows(table, base_arms=("grpo",)) -> list[dict]:
                                                             a.credit_seconds.fillna(0))).mean())
             rows.append(row)
     return rows
-
-
-def interval_cell(row: dict, key: str, digits: int = 3) -> str:
-    """`row[key]` with its interval (`<key>_low`, `<key>_high`) as the tables print it: signed
-    for differences and shares, "–" when missing."""
-    m = row.get(key, math.nan)
-    lo, hi = row.get(f"{key}_low", math.nan), row.get(f"{key}_high", math.nan)
-    if m is None or not math.isfinite(m):
-        return "–"
-    sign = "+" if "_vs_" in key or key == "recovered" else ""
-    text = f"{m:{sign}.{digits}f}"
-    if math.isfinite(lo) and math.isfinite(hi):
-        text += f" [{lo:{sign}.{digits}f}, {hi:{sign}.{digits}f}]"
-    return text
 
 
 def summary_markdown(rows: list[dict]) -> str:

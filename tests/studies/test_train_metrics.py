@@ -11,6 +11,8 @@ from scipy import stats
 
 from studies.seed_runs import (
     first_step_reaching,
+    format_interval,
+    interval_cell,
     mean_interval,
     seed_run_summary,
     seed_summary_markdown,
@@ -69,3 +71,21 @@ def test_seed_summary_pairs_seeds_and_reports_costs(tmp_path):
     assert "| rredcot | 3 | 0.300 [0.300, 0.300] | 0.500 [" in text
     header, rule = text.splitlines()[:2]
     assert header.count("|") == rule.count("|")
+
+
+def test_interval_cells_sign_differences_and_shares_only():
+    """One formatter serves every seed-run table: plain values unsigned, differences and the
+    oracle's share signed, a value without an interval alone, a missing one as a dash."""
+    import pandas as pd
+
+    row = {"online": 0.5, "online_low": 0.4, "online_high": 0.6,
+           "online_vs_grpo": 0.012, "online_vs_grpo_low": -0.003, "online_vs_grpo_high": 0.027,
+           "recovered": 0.45, "recovered_low": math.nan, "recovered_high": math.nan,
+           "final": math.nan, "final_low": 0.1, "final_high": 0.2}
+    assert interval_cell(row, "online") == "0.500 [0.400, 0.600]"
+    assert interval_cell(row, "online_vs_grpo") == "+0.012 [-0.003, +0.027]"
+    assert interval_cell(row, "recovered", 2) == "+0.45"
+    assert interval_cell(row, "final") == "–"
+    assert interval_cell(row, "final_vs_oracle") == "–"  # no such key
+    assert format_interval(row, "online_vs_grpo") == "0.012 [-0.003, 0.027]"
+    assert format_interval(pd.Series(row), "online", 2, signed=True) == "+0.50 [+0.40, +0.60]"
