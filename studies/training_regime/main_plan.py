@@ -146,6 +146,49 @@ def looks_markdown(state: dict, plan: dict) -> str:
     return "\n".join(lines)
 
 
+def look_descriptions(table, state: dict, plan: dict) -> str:
+    """What the docs say of the newest look beside its decisions, computed, not decided: each
+    arm's mean difference from grpo on the look's new seeds alone, each comparison's paired SD
+    over the look's seeds, and the arithmetic of the next look (the z its seeds would give were
+    the mean and SD to stay as they are, against that look's bounds). Empty before a look."""
+    from studies.training_regime.sequential import t_to_z
+    from studies.training_regime.summarize import differences
+
+    read = [(role, looks[-1]) for role, looks in state["comparisons"].items() if looks]
+    if not read:
+        return ""
+    k = max(r["look"] for _, r in read)
+    looks, seeds, setup, roles = plan["looks"], plan["seeds"], plan["setup"], plan["roles"]
+    new = seeds[looks[k - 2] if k > 1 else 0:looks[k - 1]]
+    lines = [f"## Outside the plan (descriptions of look {k}, not decisions)\n",
+             f"Arm − grpo on look {k}'s new seeds alone ({new[0]}-{new[-1]}):\n",
+             "| arm | seeds | online | held-out |", "|---|---|---|---|"]
+    arms = [a for a in dict.fromkeys(table.arm) if a != "grpo"]
+    for arm in sorted(arms):
+        on, held = (differences(table, setup, arm, "grpo", new, key)
+                    for key in ("online", "final"))
+        if len(on):
+            lines.append(f"| {arm} | {len(on)} | {on.mean():+.3f} | {held.mean():+.3f} |")
+    lines += ["", "Each comparison at its last look: the paired SD over its seeds (online), and "
+              "were its mean and SD to stay as they are, its z at the next look (arithmetic, "
+              "not a forecast):\n",
+              "| comparison | look | seeds | mean | paired SD | next look | its seeds | z there | "
+              "efficacy z | futility z |", "|---" * 10 + "|"]
+    for role, r in read:
+        d = differences(table, setup, roles[role], roles["grpo"], seeds[:r["seeds"]])
+        sd = float(d.std(ddof=1))
+        cells = [f"{roles[role]} − grpo", str(r["look"]), str(r["seeds"]), f"{r['mean']:+.3f}",
+                 f"{sd:.3f}"]
+        if state["state"][role] == "live" and r["look"] < len(looks):
+            m = looks[r["look"]]
+            cells += [str(r["look"] + 1), str(m), f"{float(t_to_z(r['mean'], sd, m)):+.2f}",
+                      f"{plan['z'][r['look']]:.2f}", f"{plan['futility_z'][r['look']]:+.2f}"]
+        else:
+            cells += [f"– ({state['state'][role]})"] + ["–"] * 4
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _minus(text: str) -> str:
     return text.replace("-", "−")  # the docs' typographic minus
 

@@ -356,12 +356,19 @@ def summarize(out: Path, phase: str, *, steps: int) -> None:
     table.to_csv(out / f"{phase}_runs.csv", index=False)
     looks = ""
     if phase == "main" and (out / "main_plan.json").is_file():
-        from studies.training_regime.main_plan import look_table, looks_markdown, write_progress
+        from studies.training_regime.main_plan import (
+            look_descriptions,
+            look_table,
+            looks_markdown,
+            write_progress,
+        )
 
         plan = json.loads((out / "main_plan.json").read_text())
         state = write_progress(out, table, plan)
+        described = look_descriptions(table, state, plan)
         table, line = look_table(table, state, plan)
         looks = looks_markdown(state, plan) + (f"{line}\n" if line else "") + "\n"
+        looks += f"{described}\n" if described else ""
     rows = summary_rows(table)
     pd.DataFrame(rows).to_csv(out / f"{phase}_summary.csv", index=False)
     text = looks + summary_markdown(rows)

@@ -263,3 +263,47 @@ def test_the_docs_print_each_looks_tables_as_the_tracked_runs_give_them():
             assert decisions in docs, f"look {k}'s decisions"
     with pytest.raises(ValueError, match="no comparison has read look"):
         look_docs_tables(table, state, plan, looks[-1] + 1)
+
+
+def test_look_descriptions_equal_direct_computations():
+    """The newest look's descriptions outside the plan: each arm's mean difference on the
+    look's new seeds alone, each comparison's paired SD, and the next look's z at unchanged
+    mean and SD, equal to computing them by hand; nothing before the first look."""
+    import numpy as np
+
+    from studies.training_regime.main_plan import look_descriptions, make_plan, progress
+    from studies.training_regime.sequential import design, t_to_z
+
+    plan = make_plan("long-g4", "first", "reweight", design(0.02, 0.04, 4, 12))
+    table = _main_table(plan, {"oracle": 0.02, "rredcot": -0.01, "mc": 0.005}, 9, sd=0.03,
+                        seed=1)
+    noise = np.random.default_rng(1).normal(0, 0.02, len(table))
+    table = table[table.arm != "cheap"].assign(final=table.online + noise)
+    assert look_descriptions(table[table.seed < 103], progress(table[table.seed < 103], plan),
+                             plan) == ""
+    state = progress(table, plan)
+    looks = plan["looks"]
+    k = max(r["look"] for rs in state["comparisons"].values() for r in rs)
+    text = look_descriptions(table, state, plan)
+    new = plan["seeds"][looks[k - 2]:looks[k - 1]]
+    assert text.startswith(f"## Outside the plan (descriptions of look {k}")
+    wide = table.pivot(index="seed", columns="arm", values=["online", "final"])
+    for arm in ("oracle-first", "rredcot", "mc", "shuffled-first"):
+        on = (wide["online"][arm] - wide["online"]["grpo"]).loc[new].mean()
+        held = (wide["final"][arm] - wide["final"]["grpo"]).loc[new].mean()
+        assert f"| {arm} | {len(new)} | {on:+.3f} | {held:+.3f} |" in text
+    for role, rs in state["comparisons"].items():
+        if not rs:
+            assert f"| {plan['roles'][role]} − grpo |" not in text
+            continue
+        r, arm = rs[-1], plan["roles"][role]
+        d = (wide["online"][arm] - wide["online"]["grpo"]).loc[plan["seeds"][:r["seeds"]]]
+        row = f"| {arm} − grpo | {r['look']} | {r['seeds']} | {d.mean():+.3f} | {d.std():.3f} | "
+        if state["state"][role] == "live":
+            z = float(t_to_z(d.mean(), d.std(), looks[r["look"]]))
+            row += (f"{r['look'] + 1} | {looks[r['look']]} | {z:+.2f} | "
+                    f"{plan['z'][r['look']]:.2f} | {plan['futility_z'][r['look']]:+.2f} |")
+        else:
+            row += f"– ({state['state'][role]}) |"
+        assert row in text, row
+    assert {"live", "futility"} <= set(state["state"].values())  # both kinds of row checked
