@@ -14,6 +14,7 @@ comes from the cost study when they have), through the same looks.
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from studies.training_regime.sequential import look
@@ -175,8 +176,7 @@ def look_descriptions(table, state: dict, plan: dict) -> str:
               "| comparison | look | seeds | mean | paired SD | next look | its seeds | z there | "
               "efficacy z | futility z |", "|---" * 10 + "|"]
     for role, r in read:
-        d = differences(table, setup, roles[role], roles["grpo"], seeds[:r["seeds"]])
-        sd = float(d.std(ddof=1))
+        sd = statistics.stdev(_differences(table, plan, roles[role], roles["grpo"], r["seeds"]))
         cells = [f"{roles[role]} − grpo", str(r["look"]), str(r["seeds"]), f"{r['mean']:+.3f}",
                  f"{sd:.3f}"]
         if state["state"][role] == "live" and r["look"] < len(looks):
