@@ -17,7 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
-from studies.training_regime.sequential import look
+from studies.training_regime.sequential import look, t_to_z, verdict
 
 SOURCES = ("rredcot", "mc")  # the primary sources of the first phase; `cheap` follows them
 LAST = ("cheap",)
@@ -151,8 +151,8 @@ def look_descriptions(table, state: dict, plan: dict) -> str:
     """What the docs say of the newest look beside its decisions, computed, not decided: each
     arm's mean difference from grpo on the look's new seeds alone, each comparison's paired SD
     over the look's seeds, and the arithmetic of the next look (the z its seeds would give were
-    the mean and SD to stay as they are, against that look's bounds). Empty before a look."""
-    from studies.training_regime.sequential import t_to_z
+    the mean and SD to stay as they are, against that look's bounds, and the first look whose
+    bounds it would cross). Empty before a look."""
     from studies.training_regime.summarize import differences
 
     read = [(role, looks[-1]) for role, looks in state["comparisons"].items() if looks]
@@ -171,10 +171,10 @@ def look_descriptions(table, state: dict, plan: dict) -> str:
         if len(on):
             lines.append(f"| {arm} | {len(on)} | {on.mean():+.3f} | {held.mean():+.3f} |")
     lines += ["", "Each comparison at its last look: the paired SD over its seeds (online), and "
-              "were its mean and SD to stay as they are, its z at the next look (arithmetic, "
-              "not a forecast):\n",
+              "were its mean and SD to stay as they are, its z at the next look and the first "
+              "look that would stop it (arithmetic, not a forecast):\n",
               "| comparison | look | seeds | mean | paired SD | next look | its seeds | z there | "
-              "efficacy z | futility z |", "|---" * 10 + "|"]
+              "efficacy z | futility z | first stop |", "|---" * 11 + "|"]
     for role, r in read:
         sd = statistics.stdev(_differences(table, plan, roles[role], roles["grpo"], r["seeds"]))
         cells = [f"{roles[role]} − grpo", str(r["look"]), str(r["seeds"]), f"{r['mean']:+.3f}",
@@ -182,11 +182,23 @@ def look_descriptions(table, state: dict, plan: dict) -> str:
         if state["state"][role] == "live" and r["look"] < len(looks):
             m = looks[r["look"]]
             cells += [str(r["look"] + 1), str(m), f"{float(t_to_z(r['mean'], sd, m)):+.2f}",
-                      f"{plan['z'][r['look']]:.2f}", f"{plan['futility_z'][r['look']]:+.2f}"]
+                      f"{plan['z'][r['look']]:.2f}", f"{plan['futility_z'][r['look']]:+.2f}",
+                      _first_stop(r["mean"], sd, plan, r["look"])]
         else:
-            cells += [f"– ({state['state'][role]})"] + ["–"] * 4
+            cells += [f"– ({state['state'][role]})"] + ["–"] * 5
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _first_stop(mean: float, sd: float, plan: dict, start: int) -> str:
+    """The first look from index `start` whose decision would stop a comparison whose mean and
+    paired SD stayed as they are: 'look 13 (104 seeds): efficacy'."""
+    for i in range(start, len(plan["looks"])):
+        n = plan["looks"][i]
+        v = verdict(float(t_to_z(mean, sd, n)), plan, i)
+        if v != "continue":
+            return f"look {i + 1} ({n} seeds): {v}"
+    raise AssertionError("the last look always decides")
 
 
 def _minus(text: str) -> str:

@@ -209,22 +209,24 @@ def look(differences, plan: dict, index: int) -> dict:
     `harm` at or below minus it, `futility` (non-binding) at or below its futility boundary
     before the last look, else `continue` (at the last look: `not significant`)."""
     d = np.asarray(differences, dtype=float)
-    n, last = len(d), index == len(plan["looks"]) - 1
+    n = len(d)
     if n != plan["looks"][index]:
         raise ValueError(f"look {index + 1} reads {plan['looks'][index]} seeds, got {n}")
     z = float(t_to_z(d.mean(), d.std(ddof=1), n))
     c, a = plan["z"][index], plan["futility_z"][index]
-    if z >= c:
-        verdict = "efficacy"
-    elif z <= -c:
-        verdict = "harm"
-    elif last:
-        verdict = "not significant"
-    elif z <= a:
-        verdict = "futility"
-    else:
-        verdict = "continue"
     low, high = repeated_interval(d, c)
     return {"look": index + 1, "seeds": n, "mean": float(d.mean()), "z": z,
             "p": float(stats.ttest_1samp(d, 0).pvalue), "z_bound": c, "futility_z": a,
-            "verdict": verdict, "rci_low": float(low), "rci_high": float(high)}
+            "verdict": verdict(z, plan, index), "rci_low": float(low), "rci_high": float(high)}
+
+
+def verdict(z: float, plan: dict, index: int) -> str:
+    """The plan's decision for a z statistic at look `index` (0-based); see `look`."""
+    c = plan["z"][index]
+    if z >= c:
+        return "efficacy"
+    if z <= -c:
+        return "harm"
+    if index == len(plan["looks"]) - 1:
+        return "not significant"
+    return "futility" if z <= plan["futility_z"][index] else "continue"

@@ -268,7 +268,8 @@ def test_the_docs_print_each_looks_tables_as_the_tracked_runs_give_them():
 def test_look_descriptions_equal_direct_computations():
     """The newest look's descriptions outside the plan: each arm's mean difference on the
     look's new seeds alone, each comparison's paired SD, and the next look's z at unchanged
-    mean and SD, equal to computing them by hand; nothing before the first look."""
+    mean and SD with the first look that would stop it, equal to computing them by hand;
+    nothing before the first look."""
     import numpy as np
 
     from studies.training_regime.main_plan import look_descriptions, make_plan, progress
@@ -302,7 +303,15 @@ def test_look_descriptions_equal_direct_computations():
         if state["state"][role] == "live":
             z = float(t_to_z(d.mean(), d.std(), looks[r["look"]]))
             row += (f"{r['look'] + 1} | {looks[r['look']]} | {z:+.2f} | "
-                    f"{plan['z'][r['look']]:.2f} | {plan['futility_z'][r['look']]:+.2f} |")
+                    f"{plan['z'][r['look']]:.2f} | {plan['futility_z'][r['look']]:+.2f} | ")
+            # the first later look whose bounds the unchanged mean and SD would cross
+            for i in range(r["look"], len(looks)):
+                z = float(t_to_z(d.mean(), d.std(), looks[i]))
+                if i == len(looks) - 1 or not plan["futility_z"][i] < z < plan["z"][i]:
+                    break
+            stop = ("efficacy" if z >= plan["z"][i] else "harm" if z <= -plan["z"][i]
+                    else "not significant" if i == len(looks) - 1 else "futility")
+            row += f"look {i + 1} ({looks[i]} seeds): {stop} |"
         else:
             row += f"– ({state['state'][role]}) |"
         assert row in text, row
