@@ -1,5 +1,6 @@
 """Amendment 5's check that a new machine continues the recorded runs: train one recorded run
-again and compare its row with the one recorded.
+again and compare its row with the one recorded. `<phase>_reproduce.json` keeps every
+machine's check, oldest first (amendment 7: the first, amendment 5's, names no machine).
 
     python -m studies.training_regime.run_study reproduce main --arm grpo --seed 100
 """
@@ -12,9 +13,10 @@ from pathlib import Path
 
 def reproduce(out: Path, phase: str, arm: str, seed: int, steps: int) -> dict:
     """Train the recorded run (`arm`, `seed`) of `phase` again in `<out>/runs/reproduce/` and
-    compare its row with the recorded one (written to `<phase>_reproduce.json`)."""
+    compare its row with the recorded one (appended to `<phase>_reproduce.json`)."""
     from studies.training.summarize import run_row
     from studies.training_regime import run_study  # its run_one trains the run, as it did
+    from studies.training_regime.machines import this_machine
     from studies.training_regime.setups import SETUPS, run_dir
     from studies.training_regime.summarize import recorded_runs
 
@@ -41,7 +43,11 @@ def reproduce(out: Path, phase: str, arm: str, seed: int, steps: int) -> dict:
     result = {"setup": name, "arm": arm, "seed": seed, "recorded": {k: old[k] for k in keys},
               "again": {k: new[k] for k in keys},
               "equal": all(abs(old[k] - new[k]) < 1e-9 for k in keys),
-              "step_seconds": {"recorded": old["step_seconds"], "again": new["step_seconds"]}}
-    (out / f"{phase}_reproduce.json").write_text(json.dumps(result, indent=1) + "\n")
+              "step_seconds": {"recorded": old["step_seconds"], "again": new["step_seconds"]},
+              "machine": this_machine()}
+    path = out / f"{phase}_reproduce.json"
+    checks = json.loads(path.read_text()) if path.is_file() else []
+    checks = [checks] if isinstance(checks, dict) else checks
+    path.write_text(json.dumps([*checks, result], indent=1) + "\n")
     print(json.dumps(result), flush=True)
     return result

@@ -302,6 +302,33 @@ together over all looks they cover the true difference with 0.95 whenever the st
 they are the intervals to quote beside the decisions (at look 1 the bound z 12 makes them
 [-1, +1]: eight seeds can say nothing under this plan, which spends almost no alpha there).
 The unadjusted t-intervals stay in the tables, labelled so.
+
+Amendment 7 (2026-12-07 00:50; seen: looks 1-7 and the rows of look 8's ten runs, as
+committed). The machine was replaced again, and `runs/` with it: shuffled-first 158 (finished,
+its row not committed) and the two runs in flight are lost. One run it governs finished before
+it: shuffled-first 158 again, trained here by a worker started beside the check (00:30-00:38);
+its result was not read before this amendment, and its machine.json was written after it (the
+runner that trained it came before the file).
+Amendment 5's check differs here (AMD EPYC, torch's AVX2 kernels): grpo 100 trained again gives
+online 0.67083 against 0.69833, first steps 0.5875 (equal), held-out 0.7275 against 0.7225
+(`main_reproduce.json`, now every machine's check in a list). As amendment 5 set, the study
+goes on: the seed fixes the problem order and the sampling stream on every machine; the last
+rounding bit of the kernels moves a run as another draw of the same seed would (0.027, under
+one SD of grpo's online reward across seeds, 0.039). Two things amendment 5 assumed fail:
+- Seed 158's grpo and oracle-first rows were recorded on the previous machine; its
+  shuffled-first and mc train here. The rows stay (amendment 5's first rule); seed 158 is the
+  one seed whose arms span machines. Arms share little within a seed (the correlation of two
+  arms' online reward over seeds 100-158 is 0.27 at most), so a pair across machines loses
+  little of the pairing.
+- The cost columns' medians mix machines (a step here takes about 1.5 times as long); the
+  within-run ratio does not.
+So, reporting only (no decision, bound or run changes): each run records the machine of each
+start or resume (`machine.json`: CPU, torch's CPU kernels, torch), and `summary` writes every
+run's to the tracked main_machines.csv (the runs before this amendment: `machines.BEFORE`, the
+machines whose check reproduced the recorded run). From look 8 the descriptions outside the
+plan split each primary comparison into the seeds whose two arms both trained before this
+amendment and the others (`machines.machine_split`). Each new machine runs the check again
+and appends it; the study goes on whatever it gives, and the docs say by how much.
 """
 
 from __future__ import annotations
@@ -343,11 +370,13 @@ def run_one(out: Path, phase: str, setup: Setup, arm: str, seed: int, steps: int
     """Train one run (or resume it), then its held-out accuracy on `split`."""
     from cotcredit.training.run import train
     from studies.training.run_study import heldout
+    from studies.training_regime.machines import note_machine
 
     run = run_dir(out, phase, setup.name, arm, seed)
     if not finished(run, steps):
         config = run_config(out, phase, setup, arm, seed, steps)
         resume = any(run.glob("checkpoint-*/trainer_state.json"))
+        note_machine(run, resume)  # amendment 7
         print(f"{tag}: {'resuming' if resume else 'starting'}", flush=True)
         start = time.perf_counter()
         train(config, resume=resume, overwrite=not resume)

@@ -356,6 +356,7 @@ def summarize(out: Path, phase: str, *, steps: int) -> None:
     table.to_csv(out / f"{phase}_runs.csv", index=False)
     looks = ""
     if phase == "main" and (out / "main_plan.json").is_file():
+        from studies.training_regime.machines import machine_split, machines_table
         from studies.training_regime.main_plan import (
             look_descriptions,
             look_table,
@@ -366,9 +367,13 @@ def summarize(out: Path, phase: str, *, steps: int) -> None:
         plan = json.loads((out / "main_plan.json").read_text())
         state = write_progress(out, table, plan)
         described = look_descriptions(table, state, plan)
+        machines = machines_table(out, phase, table)
+        machines.to_csv(out / f"{phase}_machines.csv", index=False)
         table, line = look_table(table, state, plan)
         looks = looks_markdown(state, plan) + (f"{line}\n" if line else "") + "\n"
-        looks += f"{described}\n" if described else ""
+        if described:
+            n = max(r[-1]["seeds"] for r in state["comparisons"].values() if r)
+            looks += f"{described}\n{machine_split(table, machines, plan, n)}\n"
     rows = summary_rows(table)
     pd.DataFrame(rows).to_csv(out / f"{phase}_summary.csv", index=False)
     text = looks + summary_markdown(rows)

@@ -316,3 +316,46 @@ def test_look_descriptions_equal_direct_computations():
             row += f"– ({state['state'][role]}) |"
         assert row in text, row
     assert {"live", "futility"} <= set(state["state"].values())  # both kinds of row checked
+
+
+def test_each_run_records_its_machines_and_the_split_equals_direct_means(tmp_path):
+    """Amendment 7: a run's machine.json gains an entry at each start or resume; the machines
+    table reads a folder's entries, else the tracked file's label, else `BEFORE`; the split of
+    each comparison by machine equals the means over the seeds taken by hand."""
+    from studies.training_regime.machines import (
+        BEFORE,
+        label,
+        machine_split,
+        machines_table,
+        note_machine,
+        this_machine,
+    )
+    from studies.training_regime.main_plan import make_plan
+    from studies.training_regime.sequential import design
+
+    plan = make_plan("long-g4", "first", "reweight", design(0.02, 0.04, 4, 12))
+    table = _main_table(plan, {"oracle": 0.02, "mc": 0.01}, 6, seed=2)
+    table = table[table.arm.isin(["grpo", "oracle-first", "mc"])].reset_index(drop=True)
+    run = tmp_path / "runs" / "main" / "long-g4" / "mc-seed105"
+    note_machine(run, False)
+    note_machine(run, True)
+    entries = json.loads((run / "machine.json").read_text())
+    assert [e["resume"] for e in entries] == [False, True]
+    assert label(entries) == f"{this_machine()['cpu']} ({this_machine()['capability']})"
+    assert label([{"cpu": "X", "capability": "AVX2"}, {"cpu": "Y", "capability": "AVX512"}]) \
+        == "X (AVX2) + Y (AVX512)"
+    pd.DataFrame([{"regime": "long-g4", "arm": "grpo", "seed": 105, "machine": "Z (AVX2)"}]) \
+        .to_csv(tmp_path / "main_machines.csv", index=False)
+    machines = machines_table(tmp_path, "main", table)
+    got = {(r.arm, r.seed): r.machine for r in machines.itertuples()}
+    assert got[("mc", 105)] == label(entries) and got[("grpo", 105)] == "Z (AVX2)"
+    assert got[("oracle-first", 105)] == BEFORE and got[("mc", 100)] == BEFORE
+    assert len(machines) == len(table)
+    text = machine_split(table, machines, plan, 6)
+    wide = table.pivot(index="seed", columns="arm", values="online")
+    for arm, later in (("oracle-first", [105]), ("mc", [105])):
+        d = wide[arm] - wide["grpo"]
+        before = d.drop(later)
+        assert (f"| {arm} − grpo | {len(before)} | {before.mean():+.3f} | {len(later)} | "
+                f"{d.loc[later].mean():+.3f} |") in text
+    assert "| rredcot − grpo |" not in text  # no runs: no row

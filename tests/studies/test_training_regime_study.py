@@ -471,10 +471,16 @@ def test_reproduce_compares_a_run_trained_again_with_its_row(tmp_path, monkeypat
     result = reproduce(tmp_path, "confirm", "grpo", 1000, 150)
     assert result["equal"] and result["again"] == {"online": 0.75, "first_steps": 0.5,
                                                    "final": 0.5}
-    assert json.loads((tmp_path / "confirm_reproduce.json").read_text()) == result
+    assert json.loads((tmp_path / "confirm_reproduce.json").read_text()) == [result]
     rows = pd.read_csv(tmp_path / "confirm_runs.csv").assign(final=0.625)
     rows.to_csv(tmp_path / "confirm_runs.csv", index=False)
-    assert not reproduce(tmp_path, "confirm", "grpo", 1000, 150)["equal"]
+    again = reproduce(tmp_path, "confirm", "grpo", 1000, 150)
+    assert not again["equal"] and again["machine"] == result["machine"]
+    # every machine's check is kept, oldest first (amendment 5's file held one object)
+    assert json.loads((tmp_path / "confirm_reproduce.json").read_text()) == [result, again]
+    (tmp_path / "confirm_reproduce.json").write_text(json.dumps(result))
+    reproduce(tmp_path, "confirm", "grpo", 1000, 150)
+    assert json.loads((tmp_path / "confirm_reproduce.json").read_text())[0] == result
     with pytest.raises(SystemExit, match="no finished unique grpo seed 7"):
         reproduce(tmp_path, "confirm", "grpo", 7, 150)
     with pytest.raises(SystemExit, match="not pilot"):
@@ -492,13 +498,14 @@ def test_the_published_tables_recompute_from_the_tracked_runs(tmp_path, phase):
     from studies.training_regime import run_study
 
     study = run_study.HERE
-    inputs = {"main": ["main_plan.json"], "pilot": ["pilot_start.json"]}.get(phase, [])
+    inputs = {"main": ["main_plan.json", "main_machines.csv"],
+              "pilot": ["pilot_start.json"]}.get(phase, [])
     for name in [f"{phase}_runs.csv"] + inputs:
         shutil.copy(study / name, tmp_path / name)
     run_study.main(["summary", phase, "--out", str(tmp_path)])
     written = [f"{phase}_runs.csv", f"{phase}_summary.csv", f"{phase}_summary.md"]
-    written += {"main": ["main_looks.json"], "pilot": ["pilot_choice.json", "pilot_start.json"]
-                }.get(phase, [])
+    written += {"main": ["main_looks.json", "main_machines.csv"],
+                "pilot": ["pilot_choice.json", "pilot_start.json"]}.get(phase, [])
     for name in written:
         assert (tmp_path / name).read_bytes() == (study / name).read_bytes(), name
 
