@@ -303,7 +303,7 @@ they are the intervals to quote beside the decisions (at look 1 the bound z 12 m
 [-1, +1]: eight seeds can say nothing under this plan, which spends almost no alpha there).
 The unadjusted t-intervals stay in the tables, labelled so.
 
-Amendment 7 (2026-12-07 00:50; seen: looks 1-7 and the rows of look 8's ten runs, as
+Amendment 7 (2026-12-07 00:45; seen: looks 1-7 and the rows of look 8's ten runs, as
 committed). The machine was replaced again, and `runs/` with it: shuffled-first 158 (finished,
 its row not committed) and the two runs in flight are lost. One run it governs finished before
 it: shuffled-first 158 again, trained here by a worker started beside the check (00:30-00:38);
