@@ -52,6 +52,8 @@ def machines_table(out: Path, phase: str, table):
     machine.json, else from the tracked `<phase>_machines.csv`, else `BEFORE`."""
     import pandas as pd
 
+    from studies.training_regime.setups import run_dir
+
     path = out / f"{phase}_machines.csv"
     known = {}
     if path.is_file():
@@ -59,7 +61,7 @@ def machines_table(out: Path, phase: str, table):
         known = {(r.regime, r.arm, int(r.seed)): r.machine for r in old.itertuples()}
     rows = []
     for r in table[["regime", "arm", "seed"]].itertuples(index=False):
-        note = out / "runs" / phase / r.regime / f"{r.arm}-seed{r.seed}" / "machine.json"
+        note = run_dir(out, phase, r.regime, r.arm, r.seed) / "machine.json"
         machine = (label(json.loads(note.read_text())) if note.is_file()
                    else known.get((r.regime, r.arm, int(r.seed)), BEFORE))
         rows.append({"regime": r.regime, "arm": r.arm, "seed": int(r.seed), "machine": machine})
@@ -70,6 +72,8 @@ def machine_split(table, machines, plan: dict, n: int) -> str:
     """Amendment 7's description (not a decision): each primary comparison over the plan's
     first n seeds, split into the seeds whose two arms both trained before amendment 7 and the
     others (mean arm − grpo in `online`, and the number of seeds)."""
+    import numpy as np
+
     from studies.training_regime.main_plan import LAST, SOURCES
     from studies.training_regime.summarize import differences
 
@@ -84,9 +88,9 @@ def machine_split(table, machines, plan: dict, n: int) -> str:
         d = differences(table, plan["setup"], arm, roles["grpo"], seeds)
         if d.empty:
             continue
-        old = [(arm, s) in before and (roles["grpo"], s) in before for s in d.index]
+        old = np.array([(arm, s) in before and (roles["grpo"], s) in before for s in d.index])
         cells = []
-        for part in (d[old], d[[not o for o in old]]):
+        for part in (d[old], d[~old]):
             cells += [str(len(part)), f"{part.mean():+.3f}" if len(part) else "–"]
         lines.append(f"| {arm} − {roles['grpo']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
