@@ -235,3 +235,23 @@ def look_docs_tables(table, state: dict, plan: dict, k: int) -> str:
                  f"{r['x_grpo']:.2f}"]
         lines.append(f"| {arm} | " + " | ".join(_minus(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def standing_docs_table(state: dict, plan: dict) -> str:
+    """Where the main study stands, as the docs print it above the looks' history: each primary
+    comparison at the last look it read (its seeds, mean, repeated interval) and whether it
+    continues or stopped there; a comparison with no look yet has not started."""
+    roles = plan["roles"]
+    lines = ["| comparison | last look | seeds | online mean | repeated 95% CI | decision |",
+             "|---" * 6 + "|"]
+    for role, looks in state["comparisons"].items():
+        name = f"{roles[role]} − grpo"
+        if not looks:
+            lines.append(f"| {name} | – | – | – | – | not started |")
+            continue
+        r = looks[-1]
+        decision = ("continues" if state["state"][role] == "live"
+                    else f"stopped: {state['state'][role]}")
+        cells = _minus(f"{r['mean']:+.3f} | [{r['rci_low']:+.3f}, {r['rci_high']:+.3f}]")
+        lines.append(f"| {name} | {r['look']} | {r['seeds']} | {cells} | {decision} |")
+    return "\n".join(lines) + "\n"

@@ -265,6 +265,33 @@ def test_the_docs_print_each_looks_tables_as_the_tracked_runs_give_them():
         look_docs_tables(table, state, plan, looks[-1] + 1)
 
 
+def test_the_docs_say_where_the_main_study_stands():
+    """The standing table above the looks' history is each comparison's last look as the
+    tracked looks give it, under a heading that names the newest look: a look read without
+    updating it fails here. On a made-up state: a stopped, a live and an unstarted comparison."""
+    from studies.training_regime import run_study
+    from studies.training_regime.main_plan import standing_docs_table
+
+    study = run_study.HERE
+    plan = json.loads((study / "main_plan.json").read_text())
+    state = json.loads((study / "main_looks.json").read_text())
+    docs = (study.parent.parent / "docs" / "training" / "credit.md").read_text()
+    newest = max(r["look"] for rs in state["comparisons"].values() for r in rs)
+    n = plan["looks"][newest - 1]
+    assert (f"**Where the main study stands (look {newest} of at most {len(plan['looks'])}, "
+            f"seeds {plan['seeds'][0]}-{plan['seeds'][n - 1]}).**") in docs
+    assert standing_docs_table(state, plan) in docs
+
+    row = {"look": 3, "seeds": 24, "mean": -0.0125, "rci_low": -0.05, "rci_high": 0.0251}
+    made_up = {"comparisons": {"oracle": [dict(row, look=2), row], "mc": [row], "cheap": []},
+               "state": {"oracle": "efficacy", "mc": "live", "cheap": "live"}}
+    lines = standing_docs_table(made_up, plan).splitlines()
+    assert lines[2] == ("| oracle-first − grpo | 3 | 24 | −0.013 | [−0.050, +0.025] | "
+                        "stopped: efficacy |")
+    assert lines[3].endswith("| continues |") and lines[3].startswith("| mc − grpo | 3 |")
+    assert lines[4] == "| cheap − grpo | – | – | – | – | not started |"
+
+
 def test_look_descriptions_equal_direct_computations():
     """The newest look's descriptions outside the plan: each arm's mean difference on the
     look's new seeds alone, each comparison's paired SD, and the next look's z at unchanged
