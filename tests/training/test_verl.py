@@ -322,7 +322,10 @@ def cluster(tmp_path_factory):
 
     model_dir = build_tiny_model_dir(tmp_path_factory.mktemp("verl-actor"))
     cloudpickle.register_pickle_by_value(__import__(__name__))  # this module's classes
+    # Ray runs its workers at nice 15: beside any other work on the machine they starved
+    # (TransferQueue's start alone took 79 s beside two busy processes, 9 s at nice 0).
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _system_config={"worker_niceness": 0},
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
     tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
     remote = ray.remote(StandInWorker)
