@@ -238,6 +238,19 @@ def test_the_main_study_runs_only_on_its_pinned_training_code(tmp_path, monkeypa
         run_study.main_study(tmp_path, 150)
 
 
+def tracked_main_study() -> tuple[dict, dict, list[int], str]:
+    """The tracked plan, looks, the looks read so far and docs/training/credit.md."""
+    from studies.training_regime import run_study
+
+    study = run_study.HERE
+    plan = json.loads((study / "main_plan.json").read_text())
+    state = json.loads((study / "main_looks.json").read_text())
+    looks = sorted({r["look"] for rs in state["comparisons"].values() for r in rs})
+    assert looks, "no look read yet"
+    docs = (study.parent.parent / "docs" / "training" / "credit.md").read_text()
+    return plan, state, looks, docs
+
+
 def test_the_docs_print_each_looks_tables_as_the_tracked_runs_give_them():
     """Every look read so far has its tables in docs/training/credit.md as `look_docs_tables`
     computes them from the tracked rows and looks: the unadjusted table of the look's seeds and
@@ -248,13 +261,8 @@ def test_the_docs_print_each_looks_tables_as_the_tracked_runs_give_them():
     from studies.training_regime import run_study
     from studies.training_regime.main_plan import look_docs_tables
 
-    study = run_study.HERE
-    plan = json.loads((study / "main_plan.json").read_text())
-    state = json.loads((study / "main_looks.json").read_text())
-    table = pd.read_csv(study / "main_runs.csv")
-    docs = (study.parent.parent / "docs" / "training" / "credit.md").read_text()
-    looks = sorted({r["look"] for rs in state["comparisons"].values() for r in rs})
-    assert looks, "no look read yet"
+    plan, state, looks, docs = tracked_main_study()
+    table = pd.read_csv(run_study.HERE / "main_runs.csv")
     for k in looks:
         decisions, described = look_docs_tables(table, state, plan, k).split("\n\n")
         assert f"**Look {k} (" in docs
@@ -269,14 +277,10 @@ def test_the_docs_say_where_the_main_study_stands():
     """The standing table above the looks' history is each comparison's last look as the
     tracked looks give it, under a heading that names the newest look: a look read without
     updating it fails here. On a made-up state: a stopped, a live and an unstarted comparison."""
-    from studies.training_regime import run_study
     from studies.training_regime.main_plan import standing_docs_table
 
-    study = run_study.HERE
-    plan = json.loads((study / "main_plan.json").read_text())
-    state = json.loads((study / "main_looks.json").read_text())
-    docs = (study.parent.parent / "docs" / "training" / "credit.md").read_text()
-    newest = max(r["look"] for rs in state["comparisons"].values() for r in rs)
+    plan, state, looks, docs = tracked_main_study()
+    newest = looks[-1]
     n = plan["looks"][newest - 1]
     assert (f"**Where the main study stands (look {newest} of at most {len(plan['looks'])}, "
             f"seeds {plan['seeds'][0]}-{plan['seeds'][n - 1]}).**") in docs
