@@ -98,6 +98,19 @@ def progress(table, plan: dict) -> dict:
             "next_arms": [roles[a] for a in arms], "next_seeds": seeds, "done": not live}
 
 
+def runs_ahead(plan: dict, state: dict) -> list[tuple[int, str]]:
+    """(seed, arm) of the runs the look after the next one needs whatever the next decides:
+    grpo, the oracle and shuffled on its new seeds (they run at every seed a live source runs).
+    None when nothing is live or the next look is the last one; if the next look stops every
+    comparison, these runs are not read (at most one look's controls, a few runs, lost)."""
+    if state["done"]:
+        return []
+    upto = len(state["next_seeds"])
+    later = [n for n in plan["looks"] if n > upto]
+    seeds = plan["seeds"][upto:later[0]] if later else []
+    return [(s, plan["roles"][r]) for s in seeds for r in ("grpo", "oracle", "shuffled")]
+
+
 def write_progress(out: Path, table, plan: dict) -> dict:
     """`progress` written to main_looks.json (tracked: what each look decided)."""
     result = progress(table, plan)

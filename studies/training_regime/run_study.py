@@ -405,10 +405,12 @@ def start_accuracy(out: Path, setup: Setup) -> dict:
 
 
 def run_plan(out: Path, phase: str, todo: list[tuple[str, int, str]], steps: int,
-             split: str, wait: float = 60.0) -> None:
+             split: str, wait: float = 60.0, ahead: list[tuple[str, int, str]] = ()) -> None:
     """Run (setup, seed, arm) in order, skipping what is finished. Several processes may run
     the same plan at once (one thread each): each takes the next run no other live process
-    holds (`claim`), and returns only when every run of the plan is finished."""
+    holds (`claim`), and returns only when every run of the plan is finished. `ahead`: runs a
+    later plan needs whatever this one decides; while every run left is held by others, this
+    process trains the first of them that is neither finished nor held, instead of waiting."""
     import torch
 
     from studies.training_regime.summarize import recorded_runs
@@ -416,26 +418,35 @@ def run_plan(out: Path, phase: str, todo: list[tuple[str, int, str]], steps: int
     torch.set_num_threads(1)
     recorded = recorded_runs(out, phase, steps)
     recorded = set(zip(recorded.regime, recorded.arm, recorded.seed, strict=True))
+
+    def take(i: int, total: int, name: str, seed: int, arm: str, label: str) -> bool:
+        """Run or read one run; False when another live process holds it."""
+        run = run_dir(out, phase, name, arm, seed)
+        tag = f"[{label} {i + 1}/{total}] {name} {arm} seed {seed}"
+        if not run.is_dir() and (name, arm, seed) in recorded:  # amendment 5
+            print(f"{tag}: recorded in {phase}_runs.csv (its folder is not here)", flush=True)
+        elif evaluated(run, split):
+            run_one(out, phase, SETUPS[name], arm, seed, steps, split, tag)
+        elif claim(run):
+            try:
+                run_one(out, phase, SETUPS[name], arm, seed, steps, split, tag)
+            finally:
+                release(run)
+        else:
+            return False
+        return True
+
     waiting = list(enumerate(todo))
     while waiting:
-        held = []
-        for i, (name, seed, arm) in waiting:
-            run = run_dir(out, phase, name, arm, seed)
-            tag = f"[{phase} {i + 1}/{len(todo)}] {name} {arm} seed {seed}"
-            if not run.is_dir() and (name, arm, seed) in recorded:  # amendment 5
-                print(f"{tag}: recorded in {phase}_runs.csv (its folder is not here)", flush=True)
-            elif evaluated(run, split):
-                run_one(out, phase, SETUPS[name], arm, seed, steps, split, tag)
-            elif claim(run):
-                try:
-                    run_one(out, phase, SETUPS[name], arm, seed, steps, split, tag)
-                finally:
-                    release(run)
-            else:
-                held.append((i, (name, seed, arm)))
+        held = [(i, r) for i, r in waiting if not take(i, len(todo), *r, phase)]
         if held:
-            print(f"[{phase}] {len(held)} runs held by other processes: waiting", flush=True)
-            time.sleep(wait)
+            spare = [(i, (name, seed, arm)) for i, (name, seed, arm) in enumerate(ahead)
+                     if (name, arm, seed) not in recorded
+                     and not evaluated(run_dir(out, phase, name, arm, seed), split)]
+            if not any(take(i, len(ahead), *r, f"{phase} ahead") for i, r in spare):
+                print(f"[{phase}] {len(held)} runs held by other processes: waiting",
+                      flush=True)
+                time.sleep(wait)
         waiting = held
 
 
@@ -500,37 +511,12 @@ def power(out: Path, steps: int, write: bool = False) -> dict:
     return plan
 
 
-def problem_outcomes(out: Path, phase: str) -> None:
-    """Each evaluated run's held-out correct count per problem, in heldout_<split>_problems.json:
-    the evaluation of heldout_<split>.json redone (same checkpoint, problems, seed), its total
-    checked against the stored one (amendment 2: the paired bootstrap over problems)."""
-    import torch
-
-    from studies.training.run_study import sampled_accuracy
-
-    torch.set_num_threads(1)
-    split = "dev" if phase == "pilot" else "test"
-    for held in sorted((out / "runs" / phase).glob(f"*/*-seed*/heldout_{split}.json")):
-        run, stored = held.parent, json.loads(held.read_text())
-        path = run / f"heldout_{split}_problems.json"
-        if path.is_file():
-            continue
-        setup, seed = SETUPS[run.parent.name], int(run.name.rsplit("-seed", 1)[1])
-        result = sampled_accuracy(run / stored["checkpoint"],
-                                  problem_files(setup, out / "data")[split], seed,
-                                  setup.max_tokens, by_problem=True)
-        result.update(checkpoint=stored["checkpoint"],
-                      reproduces=result["correct"] == stored["correct"])
-        path.write_text(json.dumps(result) + "\n")
-        print(f"{run.parent.name} {run.name}: {result['correct']} correct, stored "
-              f"{stored['correct']}", flush=True)
-
-
 def main_study(out: Path, steps: int) -> None:
     """The main runs as main_plan.json (the power amendment's) lists them, look by look: the
     arms of the live comparisons seed by seed up to the next look, then that look's decisions
-    (main_looks.json), until every comparison has stopped or read its last look."""
-    from studies.training_regime.main_plan import write_progress
+    (main_looks.json), until every comparison has stopped or read its last look. A process
+    with nothing left to take before a look trains the next look's controls (`runs_ahead`)."""
+    from studies.training_regime.main_plan import runs_ahead, write_progress
     from studies.training_regime.pinned import differs, package_source
     from studies.training_regime.summarize import runs_table
 
@@ -546,7 +532,8 @@ def main_study(out: Path, steps: int) -> None:
         todo = [(plan["setup"], s, a) for s in state["next_seeds"] for a in state["next_arms"]]
         if todo == before:
             raise RuntimeError(f"main: runs finished but the look cannot be read: {todo}")
-        run_plan(out, "main", todo, steps, "test")
+        run_plan(out, "main", todo, steps, "test",
+                 ahead=[(plan["setup"], s, a) for s, a in runs_ahead(plan, state)])
         before = todo
 
 
@@ -571,6 +558,8 @@ def main(argv: list[str] | None = None) -> None:
 
         reproduce(out, args.phase or "main", args.arm, args.seed, args.steps)
     elif args.what == "outcomes":
+        from studies.training_regime.outcomes import problem_outcomes
+
         problem_outcomes(out, args.phase or "pilot")
     elif args.what == "pilot":
         pilot(out, args.steps)

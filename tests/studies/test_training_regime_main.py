@@ -123,7 +123,27 @@ def test_main_plan_roles_and_progress_by_look():
     assert over["state"]["cheap"] == "efficacy" and over["done"]
 
 
-def test_main_plan_oracle_futility_stops_the_sources():
+
+def test_runs_ahead_are_the_controls_of_the_look_after_the_next():
+    """While a look waits on its last runs, a free process may train the next look's grpo,
+    oracle and shuffled (they run whatever the look decides); none after the last look or when
+    the study is done."""
+    from studies.training_regime.main_plan import make_plan, progress, runs_ahead
+    from studies.training_regime.sequential import design
+
+    plan = make_plan("long-g4", "first", "reweight", design(0.02, 0.04, 4, 12))
+    assert plan["looks"] == [4, 8, 12]
+    controls = ("grpo", "oracle-first", "shuffled-first")
+    start = progress(_main_table(plan, {}, 0), plan)
+    assert runs_ahead(plan, start) == [(s, a) for s in range(104, 108) for a in controls]
+    gains = {"oracle": 0.1, "rredcot": 0.1, "mc": 0.003, "cheap": 0.1}
+    no_cheap = lambda t: t[t.arm != "cheap"]  # noqa: E731  (cheap runs last)
+    mid = progress(no_cheap(_main_table(plan, gains, 8)), plan)
+    assert mid["next_seeds"] == plan["seeds"] and runs_ahead(plan, mid) == []
+    end = progress(no_cheap(_main_table(plan, gains, 12)), plan)  # cheap starts from look 1
+    assert runs_ahead(plan, end) == [(s, a) for s in range(104, 108) for a in controls]
+    over = progress(_main_table(plan, gains, 12), plan)
+    assert over["done"] and runs_ahead(plan, over) == []
     from studies.training_regime.main_plan import make_plan, progress
     from studies.training_regime.sequential import design
 

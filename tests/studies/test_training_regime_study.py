@@ -315,7 +315,7 @@ def test_problem_outcomes_redo_and_check(tmp_path, monkeypatch):
     """`run_study outcomes` redoes each stored evaluation once, keeps each problem's count and
     says whether the total is the stored one."""
     import studies.training.run_study as earlier
-    from studies.training_regime import run_study
+    from studies.training_regime import outcomes
 
     _fake_run(tmp_path, "long", "grpo", 0, [0.5] * 150, [1, 2], redo=False)
     _fake_run(tmp_path, "long", "oracle", 0, [0.5] * 150, [3, 4], redo=False)
@@ -327,9 +327,9 @@ def test_problem_outcomes_redo_and_check(tmp_path, monkeypatch):
                 "per_problem": [1, 2]}
 
     monkeypatch.setattr(earlier, "sampled_accuracy", fake)
-    monkeypatch.setattr(run_study, "problem_files", lambda setup, data: {"dev": data / "dev"})
-    run_study.problem_outcomes(tmp_path, "pilot")
-    run_study.problem_outcomes(tmp_path, "pilot")  # done once only
+    monkeypatch.setattr(outcomes, "problem_files", lambda setup, data: {"dev": data / "dev"})
+    outcomes.problem_outcomes(tmp_path, "pilot")
+    outcomes.problem_outcomes(tmp_path, "pilot")  # done once only
     assert calls == [("grpo-seed0", 0, 384, True), ("oracle-seed0", 0, 384, True)]
     pilot = tmp_path / "runs" / "pilot" / "long"
     grpo = json.loads((pilot / "grpo-seed0" / "heldout_dev_problems.json").read_text())
@@ -372,7 +372,50 @@ def test_processes_sharing_a_plan_run_each_run_once(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob("*.lock*"))  # every lock given back
 
 
-def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
+
+def test_a_process_with_nothing_to_take_trains_runs_ahead(tmp_path, monkeypatch):
+    """While the one run left in the plan is held by another worker, a worker trains the runs
+    `ahead` no one holds (each once, in order, skipping finished ones) instead of waiting, then
+    returns with the plan finished; a worker that finds nothing held takes nothing ahead."""
+    import threading
+
+    from studies.training_regime import run_study
+
+    held, calls, lock = threading.Event(), [], threading.Lock()
+    ahead = [("long", seed, "grpo") for seed in (1, 2, 3)]
+    done = run_dir(tmp_path, "main", "long", "grpo", 2)
+    done.mkdir(parents=True)
+    (done / "heldout_test.json").write_text("{}")
+
+    def fake_run_one(out, phase, setup, arm, seed, steps, split, tag):
+        run = run_dir(out, phase, setup.name, arm, seed)
+        if not (run / f"heldout_{split}.json").is_file():
+            with lock:
+                calls.append((seed, threading.current_thread().name, tag.split("]")[0]))
+            if seed == 0:  # the look's last run: finishes after the runs ahead
+                held.set()
+                for _ in range(500):
+                    if len(calls) == 3:
+                        break
+                    time.sleep(0.01)
+            run.mkdir(parents=True, exist_ok=True)
+            (run / f"heldout_{split}.json").write_text("{}")
+        return {}
+
+    monkeypatch.setattr(run_study, "run_one", fake_run_one)
+    todo = [("long", 0, "grpo")]
+    first = threading.Thread(name="a", target=lambda: run_study.run_plan(
+        tmp_path, "main", todo, 150, "test", wait=0.01, ahead=ahead))
+    first.start()
+    held.wait(5)
+    run_study.run_plan(tmp_path, "main", todo, 150, "test", wait=0.01, ahead=ahead)
+    first.join()
+    assert calls == [(0, "a", "[main 1/1"), (1, "MainThread", "[main ahead 1/3"),
+                     (3, "MainThread", "[main ahead 3/3")]
+    run_study.run_plan(tmp_path, "main", todo, 150, "test", wait=0.01,
+                       ahead=[("long", 4, "grpo")])
+    assert len(calls) == 3  # nothing held: nothing ahead
+    assert not list(tmp_path.rglob("*.lock*"))
     from studies.training_regime import run_study
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
