@@ -144,6 +144,9 @@ def test_runs_ahead_are_the_controls_of_the_look_after_the_next():
     assert runs_ahead(plan, end) == [(s, a) for s in range(104, 108) for a in controls]
     over = progress(_main_table(plan, gains, 12), plan)
     assert over["done"] and runs_ahead(plan, over) == []
+
+
+def test_main_plan_oracle_futility_stops_the_sources():
     from studies.training_regime.main_plan import make_plan, progress
     from studies.training_regime.sequential import design
 

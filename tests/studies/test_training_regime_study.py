@@ -150,6 +150,7 @@ def test_main_summary_compares_with_the_first_error_controls():
     assert row["online_vs_shuffled_n"] == 4 and math.isfinite(row["recovered"])
 
 
+
 def test_sd_upper_bound_is_the_chi_square_bound():
     from scipy import stats
 
@@ -416,6 +417,9 @@ def test_a_process_with_nothing_to_take_trains_runs_ahead(tmp_path, monkeypatch)
                        ahead=[("long", 4, "grpo")])
     assert len(calls) == 3  # nothing held: nothing ahead
     assert not list(tmp_path.rglob("*.lock*"))
+
+
+def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
     from studies.training_regime import run_study
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
