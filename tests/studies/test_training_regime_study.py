@@ -151,6 +151,20 @@ def test_main_summary_compares_with_the_first_error_controls():
 
 
 
+def test_cost_against_grpo_is_paired_by_seed():
+    """`x_grpo` is the median over seeds of the arm's step time over grpo's at the same seed: a
+    grpo seed the arm lacks (here a slow one, on a loaded machine) does not enter it, as it
+    would in a ratio of medians (1.5 / 2.5)."""
+    seconds = {("grpo", 0): 1.0, ("grpo", 1): 4.0, ("grpo", 2): 1.0, ("mc", 0): 3.0,
+               ("mc", 2): 2.0}
+    table = pd.DataFrame([{"regime": "long", "arm": a, "seed": s, "online": 0.5, "final": 0.5,
+                           "step_seconds": t, "credit_seconds": 0.0}
+                          for (a, s), t in seconds.items()])
+    rows = {r["arm"]: r for r in S.summary_rows(table)}
+    assert rows["mc"]["x_grpo"] == pytest.approx(2.5)  # the median of 3 and 2
+    assert rows["grpo"]["x_grpo"] == 1.0 and rows["mc"]["step_seconds"] == 2.5
+
+
 def test_sd_upper_bound_is_the_chi_square_bound():
     from scipy import stats
 
