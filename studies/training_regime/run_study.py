@@ -439,7 +439,7 @@ def run_plan(out: Path, phase: str, todo: list[tuple[str, int, str]], steps: int
     waiting = list(enumerate(todo))
     while waiting:
         held = [(i, r) for i, r in waiting if not take(i, len(todo), *r, phase)]
-        if held:
+        if held and len(held) == len(waiting):  # else a run taken meanwhile may have freed them
             spare = [(i, (name, seed, arm)) for i, (name, seed, arm) in enumerate(ahead)
                      if (name, arm, seed) not in recorded
                      and not evaluated(run_dir(out, phase, name, arm, seed), split)]

@@ -433,6 +433,44 @@ def test_a_process_with_nothing_to_take_trains_runs_ahead(tmp_path, monkeypatch)
     assert not list(tmp_path.rglob("*.lock*"))
 
 
+
+def test_a_run_held_when_passed_over_is_checked_again_before_going_ahead(tmp_path, monkeypatch):
+    """A worker that found a run held, then trained another one meanwhile, looks at the held
+    run again before taking runs ahead: finished by then, the plan is done and nothing ahead
+    is trained (the look is read at once)."""
+    import threading
+
+    from studies.training_regime import run_study
+
+    events = {name: threading.Event() for name in ("x_started", "y_started", "x_done")}
+    calls = []
+
+    def fake_run_one(out, phase, setup, arm, seed, steps, split, tag):
+        run = run_dir(out, phase, setup.name, arm, seed)
+        if not (run / f"heldout_{split}.json").is_file():
+            calls.append(seed)
+            if seed == 0:  # held by the other worker while this one passes it over
+                events["x_started"].set()
+                events["y_started"].wait(5)
+            elif seed == 1:
+                events["y_started"].set()
+                events["x_done"].wait(5)
+            run.mkdir(parents=True, exist_ok=True)
+            (run / f"heldout_{split}.json").write_text("{}")
+            if seed == 0:
+                events["x_done"].set()
+        return {}
+
+    monkeypatch.setattr(run_study, "run_one", fake_run_one)
+    todo, ahead = [("long", 0, "grpo"), ("long", 1, "grpo")], [("long", 2, "grpo")]
+    other = threading.Thread(target=lambda: run_study.run_plan(
+        tmp_path, "main", todo[:1], 150, "test", wait=0.01))
+    other.start()
+    events["x_started"].wait(5)
+    run_study.run_plan(tmp_path, "main", todo, 150, "test", wait=0.01, ahead=ahead)
+    other.join()
+    assert calls == [0, 1]  # seed 2 (ahead) not trained
+
 def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
     from studies.training_regime import run_study
 
