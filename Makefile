@@ -17,7 +17,7 @@ TORCH_PIN := $(VENV)/torch-constraint.txt
 OUT ?= out
 comma := ,
 
-.PHONY: install install-core demo test test-slow lint clean bench value-study training-study
+.PHONY: install install-core demo test test-tools test-slow lint clean bench value-study training-study
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -57,7 +57,22 @@ demo: install-core
 	$(DEMO) attribute trace.jsonl --method loo
 	$(DEMO) compare --methods rredcot,mc,loo --explorer-traces trace.jsonl
 
-test: install
+# Debian packages some tests use, as command:package: a real browser (the explorer and the
+# report page in headless chromium) and LaTeX with booktabs (the paper tables compile). Those
+# tests skip, saying why, where a command is missing; as root where apt-get exists, `make test`
+# installs what is missing first (about a minute). TEST_TOOLS= leaves the machine as it is.
+TEST_TOOLS ?= chromium:chromium pdflatex:texlive-latex-recommended
+test-tools:
+	@missing=$$(for t in $(TEST_TOOLS); do command -v $${t%%:*} >/dev/null || echo $${t#*:}; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian packages for the tests:" $$missing; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends $$missing >/dev/null; } \
+		|| echo "could not install" $$missing "(the tests that need them skip)"; \
+	else echo "not installed:" $$missing "(Debian packages; the tests that need them skip)"; fi
+
+test: install test-tools
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q
 
 # The slow tests also run a Gemma 3 (sliding-window attention) shipped as a GGUF on PyPI, in
