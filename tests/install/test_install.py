@@ -7,11 +7,11 @@ hand. There ``cotcredit --help`` and ``cotcredit segment`` on a tiny model work 
 exactly as this checkout does), the extras are absent, and a command that needs one says in one
 line which ``pip install`` to run. A second environment gets ``pip install -e .[train]``.
 
-Each environment is kept in the temp folder, keyed by the Python version and the dependency
-lists of pyproject.toml and the Makefile's torch lines: a rerun reinstalls the package itself
-(``pip install -e .`` with every dependency already there: seconds), a change of a dependency
-list builds a new environment (minutes). Skipped, with the reason, where the Python or the
-package index is missing.
+Each environment is kept in the temp folder, keyed by the Python version, the core's and its
+extra's dependency lists in pyproject.toml and the Makefile's torch lines: a rerun reinstalls
+the package itself (``pip install -e .`` with every dependency already there: seconds), a change
+of one of those lists builds a new environment (minutes). Skipped, with the reason, where the
+Python or the package index is missing.
 """
 
 from __future__ import annotations
@@ -64,12 +64,24 @@ def find_python(version: tuple[int, int]) -> str | None:
     return None
 
 
+def extra_requirements(extra: str) -> list[str]:
+    """The requirements `pip install .[extra]` adds to the core's, with the package's own extras
+    (`cotcredit[a,b]`) expanded: an extra's environment depends on these lists only."""
+    found = []
+    for requirement in PYPROJECT["optional-dependencies"].get(extra, []):
+        nested = re.fullmatch(r"cotcredit\[(.+)\]", requirement.replace(" ", ""))
+        found += ([r for e in nested.group(1).split(",") for r in extra_requirements(e)]
+                  if nested else [requirement])
+    return found
+
+
 def environment_key(python_version: tuple[int, int], extra: str) -> str:
-    """What decides an environment's contents: the Python, the dependency lists, torch."""
+    """What decides an environment's contents: the Python, the core's and the extra's
+    dependency lists (not the other extras': a new test tool rebuilds nothing), torch."""
     torch_lines = [line for line in (ROOT / "Makefile").read_text().splitlines()
                    if line.startswith(("TORCH", "$(VENV)/.torch"))]
     text = json.dumps([python_version, extra, PYPROJECT["dependencies"],
-                       PYPROJECT["optional-dependencies"], torch_lines], sort_keys=True)
+                       extra_requirements(extra), torch_lines], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -200,3 +212,21 @@ def test_the_train_extra_installs(tiny_model_dir, tmp_path):
         proc = run_cotcredit(venv, "train", tmp_path / "config.yaml", cwd=tmp_path)
         assert proc.returncode == 2 and "missing.jsonl" in proc.stderr, proc.stderr
         assert "needs the" not in proc.stderr  # no extra is missing
+
+
+def test_an_environment_is_keyed_by_its_own_dependency_lists_only(monkeypatch):
+    """A new dev tool rebuilds neither environment; a new train or core dependency rebuilds the
+    ones that install it; the package's own extras are expanded."""
+    project = json.loads(json.dumps(PYPROJECT))
+    monkeypatch.setitem(globals(), "PYPROJECT", project)
+    assert extra_requirements("bench") == (project["optional-dependencies"]["attribution"]
+                                           + project["optional-dependencies"]["gguf"])
+    assert extra_requirements("") == []
+    before = {extra: environment_key((3, 11), extra) for extra in ("", "train")}
+    project["optional-dependencies"]["dev"].append("some-test-tool")
+    assert {extra: environment_key((3, 11), extra) for extra in ("", "train")} == before
+    project["optional-dependencies"]["train"].append("some-trainer")
+    assert environment_key((3, 11), "") == before[""]
+    assert environment_key((3, 11), "train") != before["train"]
+    project["dependencies"].append("some-core-library")
+    assert environment_key((3, 11), "") != before[""]
