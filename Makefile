@@ -67,8 +67,8 @@ test-tools:
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing Debian packages for the tests:" $$missing; \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			--no-install-recommends $$missing >/dev/null; } \
+		{ timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 \
+			apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } \
 		|| echo "could not install" $$missing "(the tests that need them skip)"; \
 	else echo "not installed:" $$missing "(Debian packages; the tests that need them skip)"; fi
 
