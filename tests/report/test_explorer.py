@@ -274,8 +274,8 @@ def browser():
     except ImportError:
         missing = "playwright is not installed (pip install -e '.[dev]')"
     if missing is None and bench.chromium_path() is None:
-        missing = ("chromium is not installed (apt-get install chromium: Debian's package, "
-                   f"{bench.DEBIAN_CHROMIUM})")
+        missing = ("chromium is not installed (`make test-tools` as root, or apt-get install "
+                   f"chromium: Debian's package, {bench.DEBIAN_CHROMIUM})")
     if missing:
         if required:
             pytest.fail(missing)

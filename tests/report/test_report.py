@@ -401,7 +401,8 @@ def test_single_method_report(tmp_path):
 
 @pytest.mark.subprocess
 @pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} not installed (apt package chromium)"
+    not Path(CHROMIUM).exists(),
+    reason=f"{CHROMIUM} not installed (`make test-tools` as root, or apt package chromium)"
 )
 def test_report_html_renders_in_headless_chromium(report_dir, tmp_path):
     _, files, _ = report_dir

@@ -271,7 +271,9 @@ def test_latex_without_reference_lists_pairs(tmp_path):
 
 
 @pytest.mark.subprocess
-@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex not installed")
+@pytest.mark.skipif(shutil.which("pdflatex") is None,
+                    reason="pdflatex not installed (`make test-tools` as root, or apt package "
+                    "texlive-latex-recommended)")
 def test_latex_compiles_with_booktabs(study, tmp_path):
     _, _, files = study
     doc = tmp_path / "doc.tex"
