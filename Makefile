@@ -60,7 +60,7 @@ demo: install-core
 # Debian packages some tests use, as command:package: a real browser (the explorer and the
 # report page in headless chromium) and LaTeX with booktabs (the paper tables compile). Those
 # tests skip, saying why, where a command is missing; as root where apt-get exists, `make test`
-# installs what is missing first (about a minute). TEST_TOOLS= leaves the machine as it is.
+# installs what is missing first (under a minute here). TEST_TOOLS= leaves the machine as is.
 TEST_TOOLS ?= chromium:chromium pdflatex:texlive-latex-recommended
 test-tools:
 	@missing=$$(for t in $(TEST_TOOLS); do command -v $${t%%:*} >/dev/null || echo $${t#*:}; done); \

@@ -14,7 +14,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # Under pytest-xdist (`make test`) the test processes share the cores: each, and every process
-# its tests start, takes its share of torch's threads; oversubscribed, the suite ran 12% slower.
+# its tests start, takes its share of torch's threads (oversubscribed, tests/bench and
+# tests/methods ran 12% slower in two processes on two cores).
 if _workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // int(_workers))))
 
