@@ -433,7 +433,6 @@ def test_a_process_with_nothing_to_take_trains_runs_ahead(tmp_path, monkeypatch)
     assert not list(tmp_path.rglob("*.lock*"))
 
 
-
 def test_a_run_held_when_passed_over_is_checked_again_before_going_ahead(tmp_path, monkeypatch):
     """A worker that found a run held, then trained another one meanwhile, looks at the held
     run again before taking runs ahead: finished by then, the plan is done and nothing ahead
@@ -470,6 +469,7 @@ def test_a_run_held_when_passed_over_is_checked_again_before_going_ahead(tmp_pat
     run_study.run_plan(tmp_path, "main", todo, 150, "test", wait=0.01, ahead=ahead)
     other.join()
     assert calls == [0, 1]  # seed 2 (ahead) not trained
+
 
 def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
     from studies.training_regime import run_study
