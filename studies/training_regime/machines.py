@@ -71,8 +71,10 @@ def machines_table(out: Path, phase: str, table):
 def machine_split(table, machines, plan: dict, n: int) -> str:
     """Amendment 7's description (not a decision): each primary comparison over the plan's
     first n seeds, split into the seeds whose two arms both trained before amendment 7 and the
-    others (mean arm − grpo in `online`, and the number of seeds)."""
+    others: the number of seeds, mean and SD of arm − grpo in `online`, and the gap between the
+    two means with its Welch 95% interval (the parts' SDs differ, so no pooled variance)."""
     import numpy as np
+    from scipy import stats
 
     from studies.training_regime.main_plan import LAST, SOURCES
     from studies.training_regime.summarize import differences
@@ -81,16 +83,23 @@ def machine_split(table, machines, plan: dict, n: int) -> str:
     before = {(r.arm, r.seed) for r in machines.itertuples() if r.machine == BEFORE}
     lines = [f"Each primary comparison over seeds {seeds[0]}-{seeds[-1]} by machine "
              "(amendment 7): seeds whose two arms both trained before it, and the others:\n",
-             "| comparison | before: seeds | before: mean | others: seeds | others: mean |",
-             "|---" * 5 + "|"]
+             "| comparison | before: seeds | before: mean | before: SD | others: seeds "
+             "| others: mean | others: SD | before − others [Welch 95%] |",
+             "|---" * 8 + "|"]
     for role in ("oracle", *SOURCES, *LAST):
         arm = roles[role]
         d = differences(table, plan["setup"], arm, roles["grpo"], seeds)
         if d.empty:
             continue
         old = np.array([(arm, s) in before and (roles["grpo"], s) in before for s in d.index])
-        cells = []
-        for part in (d[old], d[~old]):
-            cells += [str(len(part)), f"{part.mean():+.3f}" if len(part) else "–"]
+        parts, cells = (d[old], d[~old]), []
+        for part in parts:
+            cells += [str(len(part)), f"{part.mean():+.3f}" if len(part) else "–",
+                      f"{part.std():.3f}" if len(part) > 1 else "–"]
+        gap = "–"
+        if min(len(part) for part in parts) > 1:
+            low, high = stats.ttest_ind(*parts, equal_var=False).confidence_interval(0.95)
+            gap = f"{parts[0].mean() - parts[1].mean():+.3f} [{low:+.3f}, {high:+.3f}]"
+        cells.append(gap)
         lines.append(f"| {arm} − {roles['grpo']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import subprocess
 
+import numpy as np
 import pandas as pd
 import pytest
+from scipy.stats import t as t_dist
 
 # -- the group-sequential plan (protocol step 2's fallback) -----------------------------------
 
@@ -375,7 +377,8 @@ def test_look_descriptions_equal_direct_computations():
 def test_each_run_records_its_machines_and_the_split_equals_direct_means(tmp_path):
     """Amendment 7: a run's machine.json gains an entry at each start or resume; the machines
     table reads a folder's entries, else the tracked file's label, else `BEFORE`; the split of
-    each comparison by machine equals the means over the seeds taken by hand."""
+    each comparison by machine equals the means and SDs over the seeds taken by hand, and its gap
+    the Welch interval computed from them."""
     from studies.training_regime.machines import (
         BEFORE,
         label,
@@ -398,8 +401,8 @@ def test_each_run_records_its_machines_and_the_split_equals_direct_means(tmp_pat
     assert label(entries) == f"{this_machine()['cpu']} ({this_machine()['capability']})"
     assert label([{"cpu": "X", "capability": "AVX2"}, {"cpu": "Y", "capability": "AVX512"}]) \
         == "X (AVX2) + Y (AVX512)"
-    pd.DataFrame([{"regime": "long-g4", "arm": "grpo", "seed": 105, "machine": "Z (AVX2)"}]) \
-        .to_csv(tmp_path / "main_machines.csv", index=False)
+    pd.DataFrame([{"regime": "long-g4", "arm": "grpo", "seed": s, "machine": "Z (AVX2)"}
+                  for s in (104, 105)]).to_csv(tmp_path / "main_machines.csv", index=False)
     machines = machines_table(tmp_path, "main", table)
     got = {(r.arm, r.seed): r.machine for r in machines.itertuples()}
     assert got[("mc", 105)] == label(entries) and got[("grpo", 105)] == "Z (AVX2)"
@@ -407,9 +410,14 @@ def test_each_run_records_its_machines_and_the_split_equals_direct_means(tmp_pat
     assert len(machines) == len(table)
     text = machine_split(table, machines, plan, 6)
     wide = table.pivot(index="seed", columns="arm", values="online")
-    for arm, later in (("oracle-first", [105]), ("mc", [105])):
+    for arm in ("oracle-first", "mc"):
         d = wide[arm] - wide["grpo"]
-        before = d.drop(later)
-        assert (f"| {arm} − grpo | {len(before)} | {before.mean():+.3f} | {len(later)} | "
-                f"{d.loc[later].mean():+.3f} |") in text
+        before, later = d.drop([104, 105]), d.loc[[104, 105]]
+        # Welch's interval by its textbook formula (Welch-Satterthwaite degrees of freedom)
+        a, b = before.var() / len(before), later.var() / len(later)
+        df = (a + b) ** 2 / (a**2 / (len(before) - 1) + b**2 / (len(later) - 1))
+        gap, half = before.mean() - later.mean(), t_dist.ppf(0.975, df) * np.sqrt(a + b)
+        assert (f"| {arm} − grpo | {len(before)} | {before.mean():+.3f} | {before.std():.3f} | "
+                f"{len(later)} | {later.mean():+.3f} | {later.std():.3f} | "
+                f"{gap:+.3f} [{gap - half:+.3f}, {gap + half:+.3f}] |") in text
     assert "| rredcot − grpo |" not in text  # no runs: no row
