@@ -38,6 +38,12 @@ CORPUS = [
 ]
 
 
+def not_installed(what: str, package: str) -> str:
+    """The reason a test that needs a Debian package skips: what is missing, and how to get it
+    (the Makefile's test-tools installs every such package)."""
+    return f"{what} not installed (`make test-tools` as root, or apt-get install {package})"
+
+
 def run_cli(argv, capsys):
     """Run `cotcredit` in-process; returns (exit code, stdout, stderr)."""
     from cotcredit.cli import main

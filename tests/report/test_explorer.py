@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT
+from conftest import ROOT, not_installed
 from scipy import stats
 
 from cotcredit.report.explorer import (
@@ -274,8 +274,7 @@ def browser():
     except ImportError:
         missing = "playwright is not installed (pip install -e '.[dev]')"
     if missing is None and bench.chromium_path() is None:
-        missing = ("chromium is not installed (`make test-tools` as root, or apt-get install "
-                   f"chromium: Debian's package, {bench.DEBIAN_CHROMIUM})")
+        missing = not_installed(f"chromium ({bench.DEBIAN_CHROMIUM})", "chromium")
     if missing:
         if required:
             pytest.fail(missing)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import not_installed
 from scipy import stats
 from score_tables import random_scores, trace_rows
 
@@ -400,10 +401,7 @@ def test_single_method_report(tmp_path):
 
 
 @pytest.mark.subprocess
-@pytest.mark.skipif(
-    not Path(CHROMIUM).exists(),
-    reason=f"{CHROMIUM} not installed (`make test-tools` as root, or apt package chromium)"
-)
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=not_installed(CHROMIUM, "chromium"))
 def test_report_html_renders_in_headless_chromium(report_dir, tmp_path):
     _, files, _ = report_dir
     probe = files.html.read_text().replace(

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import not_installed
 from rich.console import Console
 from scipy import stats
 from score_tables import add_costs, random_scores, split_halves, trace_rows
@@ -272,8 +273,7 @@ def test_latex_without_reference_lists_pairs(tmp_path):
 
 @pytest.mark.subprocess
 @pytest.mark.skipif(shutil.which("pdflatex") is None,
-                    reason="pdflatex not installed (`make test-tools` as root, or apt package "
-                    "texlive-latex-recommended)")
+                    reason=not_installed("pdflatex", "texlive-latex-recommended"))
 def test_latex_compiles_with_booktabs(study, tmp_path):
     _, _, files = study
     doc = tmp_path / "doc.tex"
