@@ -219,7 +219,7 @@ def _minus(text: str) -> str:
 
 
 def look_docs_tables(table, state: dict, plan: dict, k: int) -> str:
-    """Look `k`'s two tables as the docs print them (docs/training/credit.md): each primary
+    """Look `k`'s two tables as the docs print them (docs/studies/training-regime.md): each primary
     comparison's decision with its repeated interval, then the look's seeds described with
     t-intervals not adjusted for the looks (the oracle, the sources, the shuffled control)."""
     from studies.seed_runs import interval_cell

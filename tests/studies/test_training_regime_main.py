@@ -264,7 +264,7 @@ def test_the_main_study_runs_only_on_its_pinned_training_code(tmp_path, monkeypa
 
 
 def tracked_main_study() -> tuple[dict, dict, list[int], str]:
-    """The tracked plan, looks, the looks read so far and docs/training/credit.md."""
+    """The tracked plan, looks, the looks read so far and docs/studies/training-regime.md."""
     from studies.training_regime import run_study
 
     study = run_study.HERE
@@ -272,15 +272,16 @@ def tracked_main_study() -> tuple[dict, dict, list[int], str]:
     state = json.loads((study / "main_looks.json").read_text())
     looks = sorted({r["look"] for rs in state["comparisons"].values() for r in rs})
     assert looks, "no look read yet"
-    docs = (study.parent.parent / "docs" / "training" / "credit.md").read_text()
+    docs = (study.parent.parent / "docs" / "studies" / "training-regime.md").read_text()
     return plan, state, looks, docs
 
 
 def test_the_docs_print_each_looks_tables_as_the_tracked_runs_give_them():
-    """Every look read so far has its tables in docs/training/credit.md as `look_docs_tables`
-    computes them from the tracked rows and looks: the unadjusted table of the look's seeds and
-    (from look 2, when the repeated intervals came in) the decisions. A look's paragraph is
-    written by pasting `look_docs_tables`' output; this catches a figure copied wrong."""
+    """Every look read so far has its tables in docs/studies/training-regime.md as
+    `look_docs_tables` computes them from the tracked rows and looks: the unadjusted table of the
+    look's seeds and (from look 2, when the repeated intervals came in) the decisions. A look's
+    paragraph is written by pasting `look_docs_tables`' output; this catches a figure copied
+    wrong."""
     import pandas as pd
 
     from studies.training_regime import run_study
@@ -307,8 +308,8 @@ def test_the_docs_say_where_the_main_study_stands():
     plan, state, looks, docs = tracked_main_study()
     newest = looks[-1]
     n = plan["looks"][newest - 1]
-    assert (f"**Where the main study stands (look {newest} of at most {len(plan['looks'])}, "
-            f"seeds {plan['seeds'][0]}-{plan['seeds'][n - 1]}).**") in docs
+    assert (f"## Where the main study stands\n\n**Look {newest} of at most {len(plan['looks'])}, "
+            f"seeds {plan['seeds'][0]}-{plan['seeds'][n - 1]}.**") in docs
     assert standing_docs_table(state, plan) in docs
 
     row = {"look": 3, "seeds": 24, "mean": -0.0125, "rci_low": -0.05, "rci_high": 0.0251}
