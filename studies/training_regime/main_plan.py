@@ -162,10 +162,11 @@ def looks_markdown(state: dict, plan: dict) -> str:
 
 def look_descriptions(table, state: dict, plan: dict) -> str:
     """What the docs say of the newest look beside its decisions, computed, not decided: each
-    arm's mean difference from grpo on the look's new seeds alone, each comparison's paired SD
-    over the look's seeds, and the arithmetic of the next look (the z its seeds would give were
-    the mean and SD to stay as they are, against that look's bounds, and the first look whose
-    bounds it would cross). Empty before a look."""
+    arm's mean difference from grpo on each look's new seeds alone (every look so far, so that
+    the docs' comparisons with earlier looks' new seeds can be checked in one file), each
+    comparison's paired SD over the look's seeds, and the arithmetic of the next look (the z
+    its seeds would give were the mean and SD to stay as they are, against that look's bounds,
+    and the first look whose bounds it would cross). Empty before a look."""
     from studies.training_regime.summarize import differences
 
     read = [(role, looks[-1]) for role, looks in state["comparisons"].items() if looks]
@@ -173,16 +174,21 @@ def look_descriptions(table, state: dict, plan: dict) -> str:
         return ""
     k = max(r["look"] for _, r in read)
     looks, seeds, setup, roles = plan["looks"], plan["seeds"], plan["setup"], plan["roles"]
-    new = seeds[looks[k - 2] if k > 1 else 0:looks[k - 1]]
+    arms = sorted(a for a in dict.fromkeys(table.arm) if a != "grpo")
     lines = [f"## Outside the plan (descriptions of look {k}, not decisions)\n",
-             f"Arm − grpo on look {k}'s new seeds alone ({new[0]}-{new[-1]}):\n",
-             "| arm | seeds | online | held-out |", "|---|---|---|---|"]
-    arms = [a for a in dict.fromkeys(table.arm) if a != "grpo"]
-    for arm in sorted(arms):
-        on, held = (differences(table, setup, arm, "grpo", new, key)
-                    for key in ("online", "final"))
-        if len(on):
-            lines.append(f"| {arm} | {len(on)} | {on.mean():+.3f} | {held.mean():+.3f} |")
+             "Arm − grpo on each look's new seeds alone, online / held-out (a count in brackets "
+             "where an arm has fewer of the look's seeds; look "
+             f"{k}'s, the newest, last):\n",
+             "| look | seeds | " + " | ".join(arms) + " |", "|---" * (len(arms) + 2) + "|"]
+    for j in range(1, k + 1):
+        new = seeds[looks[j - 2] if j > 1 else 0:looks[j - 1]]
+        cells = [str(j), f"{new[0]}-{new[-1]}"]
+        for arm in arms:
+            on, held = (differences(table, setup, arm, "grpo", new, key)
+                        for key in ("online", "final"))
+            count = f" ({len(on)})" if 0 < len(on) < len(new) else ""
+            cells.append(f"{on.mean():+.3f} / {held.mean():+.3f}{count}" if len(on) else "–")
+        lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Each comparison at its last look: the paired SD over its seeds (online), and "
               "were its mean and SD to stay as they are, its z at the next look and the first "
               "look that would stop it (arithmetic, not a forecast):\n",

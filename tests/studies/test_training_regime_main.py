@@ -323,7 +323,7 @@ def test_the_docs_say_where_the_main_study_stands():
 
 
 def test_look_descriptions_equal_direct_computations():
-    """The newest look's descriptions outside the plan: each arm's mean difference on the
+    """The newest look's descriptions outside the plan: each arm's mean difference on each
     look's new seeds alone, each comparison's paired SD, and the next look's z at unchanged
     mean and SD with the first look that would stop it, equal to computing them by hand;
     nothing before the first look."""
@@ -343,13 +343,26 @@ def test_look_descriptions_equal_direct_computations():
     looks = plan["looks"]
     k = max(r["look"] for rs in state["comparisons"].values() for r in rs)
     text = look_descriptions(table, state, plan)
-    new = plan["seeds"][looks[k - 2]:looks[k - 1]]
-    assert text.startswith(f"## Outside the plan (descriptions of look {k}")
+    assert k > 1 and text.startswith(f"## Outside the plan (descriptions of look {k}")
     wide = table.pivot(index="seed", columns="arm", values=["online", "final"])
-    for arm in ("oracle-first", "rredcot", "mc", "shuffled-first"):
-        on = (wide["online"][arm] - wide["online"]["grpo"]).loc[new].mean()
-        held = (wide["final"][arm] - wide["final"]["grpo"]).loc[new].mean()
-        assert f"| {arm} | {len(new)} | {on:+.3f} | {held:+.3f} |" in text
+    arms = ("mc", "oracle-first", "rredcot", "shuffled-first")
+    assert f"| look | seeds | {' | '.join(arms)} |" in text
+    for j in range(1, k + 1):
+        new = plan["seeds"][looks[j - 2] if j > 1 else 0:looks[j - 1]]
+        cells = []
+        for arm in arms:
+            on = (wide["online"][arm] - wide["online"]["grpo"]).loc[new].mean()
+            held = (wide["final"][arm] - wide["final"]["grpo"]).loc[new].mean()
+            cells.append(f"{on:+.3f} / {held:+.3f}")
+        assert f"| {j} | {new[0]}-{new[-1]} | {' | '.join(cells)} |" in text
+    # an arm stopped before the look has no cell; one missing a seed says how many it has
+    new = plan["seeds"][looks[k - 2]:looks[k - 1]]
+    gone = (table.arm == "rredcot") & table.seed.isin(new)
+    gone |= (table.arm == "mc") & (table.seed == new[0])
+    row = next(line for line in look_descriptions(table[~gone], state, plan).splitlines()
+               if line.startswith(f"| {k} | {new[0]}-"))
+    cells = row.strip("|").split(" | ")
+    assert cells[4].strip() == "–" and cells[2].endswith(f" ({len(new) - 1})")
     for role, rs in state["comparisons"].items():
         if not rs:
             assert f"| {plan['roles'][role]} − grpo |" not in text
