@@ -166,7 +166,8 @@ def look_descriptions(table, state: dict, plan: dict) -> str:
     the docs' comparisons with earlier looks' new seeds can be checked in one file), each
     comparison's paired SD over the look's seeds, and the arithmetic of the next look (the z
     its seeds would give were the mean and SD to stay as they are, against that look's bounds,
-    and the first look whose bounds it would cross). Empty before a look."""
+    and the first look whose bounds it would cross; then the first such look were the later
+    seeds instead to gain nothing on average, the SD unchanged). Empty before a look."""
     from studies.training_regime.summarize import differences
 
     read = [(role, looks[-1]) for role, looks in state["comparisons"].items() if looks]
@@ -191,9 +192,12 @@ def look_descriptions(table, state: dict, plan: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Each comparison at its last look: the paired SD over its seeds (online), and "
               "were its mean and SD to stay as they are, its z at the next look and the first "
-              "look that would stop it (arithmetic, not a forecast):\n",
+              "look that would stop it; the last column: the first look that would stop it were "
+              "the later seeds instead to gain nothing on average, the SD unchanged (arithmetic, "
+              "not a forecast):\n",
               "| comparison | look | seeds | mean | paired SD | next look | its seeds | z there | "
-              "efficacy z | futility z | first stop |", "|---" * 11 + "|"]
+              "efficacy z | futility z | first stop | first stop at zero gain |",
+              "|---" * 12 + "|"]
     for role, r in read:
         sd = statistics.stdev(_differences(table, plan, roles[role], roles["grpo"], r["seeds"]))
         cells = [f"{roles[role]} − grpo", str(r["look"]), str(r["seeds"]), f"{r['mean']:+.3f}",
@@ -202,19 +206,24 @@ def look_descriptions(table, state: dict, plan: dict) -> str:
             m = looks[r["look"]]
             cells += [str(r["look"] + 1), str(m), f"{float(t_to_z(r['mean'], sd, m)):+.2f}",
                       f"{plan['z'][r['look']]:.2f}", f"{plan['futility_z'][r['look']]:+.2f}",
-                      _first_stop(r["mean"], sd, plan, r["look"])]
+                      _first_stop(r["mean"], sd, plan, r["look"]),
+                      _first_stop(r["mean"], sd, plan, r["look"], seeds_so_far=r["seeds"])]
         else:
-            cells += [f"– ({state['state'][role]})"] + ["–"] * 5
+            cells += [f"– ({state['state'][role]})"] + ["–"] * 6
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _first_stop(mean: float, sd: float, plan: dict, start: int) -> str:
+def _first_stop(mean: float, sd: float, plan: dict, start: int,
+                seeds_so_far: int | None = None) -> str:
     """The first look from index `start` whose decision would stop a comparison whose mean and
-    paired SD stayed as they are: 'look 13 (104 seeds): efficacy'."""
+    paired SD stayed as they are: 'look 13 (104 seeds): efficacy'. With `seeds_so_far`, the mean
+    is instead diluted by later seeds that gain nothing (the sum over the seeds so far, divided
+    by the look's seeds)."""
     for i in range(start, len(plan["looks"])):
         n = plan["looks"][i]
-        v = verdict(float(t_to_z(mean, sd, n)), plan, i)
+        m = mean if seeds_so_far is None else mean * seeds_so_far / n
+        v = verdict(float(t_to_z(m, sd, n)), plan, i)
         if v != "continue":
             return f"look {i + 1} ({n} seeds): {v}"
     raise AssertionError("the last look always decides")

@@ -374,16 +374,21 @@ def test_look_descriptions_equal_direct_computations():
             z = float(t_to_z(d.mean(), d.std(), looks[r["look"]]))
             row += (f"{r['look'] + 1} | {looks[r['look']]} | {z:+.2f} | "
                     f"{plan['z'][r['look']]:.2f} | {plan['futility_z'][r['look']]:+.2f} | ")
-            # the first later look whose bounds the unchanged mean and SD would cross
-            for i in range(r["look"], len(looks)):
-                z = float(t_to_z(d.mean(), d.std(), looks[i]))
-                if i == len(looks) - 1 or not plan["futility_z"][i] < z < plan["z"][i]:
-                    break
-            stop = ("efficacy" if z >= plan["z"][i] else "harm" if z <= -plan["z"][i]
-                    else "not significant" if i == len(looks) - 1 else "futility")
-            row += f"look {i + 1} ({looks[i]} seeds): {stop} |"
+            # the first later look whose bounds the mean would cross, unchanged and then
+            # diluted by later seeds that gain nothing (the SD unchanged in both)
+            stops = []
+            for diluted in (False, True):
+                for i in range(r["look"], len(looks)):
+                    mean = d.sum() / looks[i] if diluted else d.mean()
+                    z = float(t_to_z(mean, d.std(), looks[i]))
+                    if i == len(looks) - 1 or not plan["futility_z"][i] < z < plan["z"][i]:
+                        break
+                stop = ("efficacy" if z >= plan["z"][i] else "harm" if z <= -plan["z"][i]
+                        else "not significant" if i == len(looks) - 1 else "futility")
+                stops.append(f"look {i + 1} ({looks[i]} seeds): {stop}")
+            row += " | ".join(stops) + " |"
         else:
-            row += f"– ({state['state'][role]}) |"
+            row += f"– ({state['state'][role]}) |" + " – |" * 6
         assert row in text, row
     assert {"live", "futility"} <= set(state["state"].values())  # both kinds of row checked
 
